@@ -1,0 +1,186 @@
+"""The judge: right verdicts for ordinary programs, and containment of hostile ones."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import common
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tests", "data")
+
+
+def released(n=20):
+    """The first n released training programs (tests/data, MIT), their inputs and outputs."""
+    def lines(ext):
+        with open(os.path.join(DATA, f"released_train_head.{ext}")) as f:
+            return f.read().split("\n")[:n]
+    return lines("tgt"), lines("inp"), lines("out")
+
+
+# Each hostile program is a SansType line (`$` = newline) with the verdict it must get and the
+# gold output it is judged against.
+HOSTILE = {
+    "infinite_loop": ("int main () { $ while ( true ) { } $ return 0; }", "timeout", ""),
+    "sleep_forever": ("#include <unistd.h> $ int main () { $ while ( true ) sleep ( 1 ) ; $ return 0; }",
+                      "timeout", ""),
+    "fork_bomb": ("#include <unistd.h> $ int main () { $ while ( true ) fork ( ) ; $ return 0; }", "timeout", ""),
+    "fork_once": ("#include <unistd.h> $ int main () { $ cout << ( fork ( ) < 0 ? \"blocked\" : \"forked\" ) ; "
+                  "$ return 0; }", "correct", "blocked"),
+    "shell_out": ("int main () { $ cout << system ( \"touch /tmp/judge_shell_escape\" ) ; $ return 0; }",
+                  "wrong_output", "0"),
+    "allocate_10gb": ("int main () { $ string s ( 10000000000ULL , 'a' ) ; $ cout << s [ 5 ] ; $ return 0; }",
+                      "runtime_error", "a"),
+    "output_1gb": ("int main () { $ for ( long i = 0 ; i < 1000000000L ; i ++ ) cout << \"xxxxxxxx\" ; "
+                   "$ return 0; }", "runtime_error", ""),
+    "endless_stdin": ("int main () { $ string s ; $ while ( true ) cin >> s ; $ return 0; }", "timeout", ""),
+    "segfault": ("int main () { $ int * p = nullptr ; $ * p = 1 ; $ return 0; }", "runtime_error", ""),
+    "exit_code": ("int main () { $ cout << 1 ; $ return 3; }", "runtime_error", "1"),
+    "dev_zero_include": ("#include \"/dev/zero\" $ int main () { return 0; }", "compile_error", ""),
+    "include_bomb": ("#include __FILE__ $ #include __FILE__ $ int main () { return 0; }", "compile_error", ""),
+    "template_bomb": ("template < int N > struct A { enum { v = A < N + 1 > :: v } ; } ; $ "
+                      "int main () { cout << A < 0 > :: v ; return 0; }", "compile_error", ""),
+    "type_error": ("int main () { $ int var_0 = \"str_1\" ; $ cout << var_0 ; $ return 0; }", "compile_error", ""),
+    "unbalanced": ("int main () { $ cout << ( 1 ; $ return 0; } } namespace evil { int x ;", "compile_error", ""),
+}
+
+
+def write_outside_program(path):
+    return (f"#include <fstream> $ int main () {{ $ ofstream f ( \"{path}\" ) ; f << \"x\" ; $ "
+            f"cout << ( f . good ( ) ? \"wrote\" : \"blocked\" ) ; $ return 0; }}")
+
+
+@pytest.fixture
+def quick_limits(monkeypatch):
+    """Shorter limits keep the suite fast; the mechanism is the same."""
+    monkeypatch.setattr(common, "COMPILE_SECONDS", 4)
+    monkeypatch.setattr(common, "RUN_WALL_SECONDS", 2)
+    monkeypatch.setattr(common, "RUN_CPU_SECONDS", 1)
+
+
+def judge_processes_alive():
+    """Processes still running a judged binary or a compiler of ours (found by the judge's
+    temporary folder name in their command line, executable or working directory)."""
+    alive = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+            places = [os.readlink(f"/proc/{pid}/{link}") for link in ("exe", "cwd")]
+        except OSError:
+            continue
+        if any("judge-" in text for text in [cmdline, *places]):
+            alive.append((pid, cmdline))
+    return alive
+
+
+def test_released_programs_judge_correct():
+    programs, stdins, outputs = released(50)
+    verdicts = common.judge_programs(programs, stdins, outputs, cache=False)
+    assert [v["verdict"] for v in verdicts] == ["correct"] * 50
+
+
+def test_wrong_output_and_compile_error_are_told_apart():
+    programs, stdins, outputs = released(3)
+    broken = programs[1].replace("int var_3 ;", "var_3 ;", 1)  # an undeclared variable
+    verdicts = common.judge_programs([programs[0], broken, programs[2]], stdins, [outputs[0], outputs[1], "nope"],
+                                     cache=False)
+    assert [v["verdict"] for v in verdicts] == ["correct", "compile_error", "wrong_output"]
+    assert "var_3" in verdicts[1]["error"] and verdicts[1]["error"].startswith("line ")
+
+
+def test_hostile_programs_are_contained_and_ordinary_verdicts_do_not_change(quick_limits, tmp_path):
+    if os.path.exists("/tmp/judge_shell_escape"):
+        os.remove("/tmp/judge_shell_escape")
+    outside = tmp_path / "escaped.txt"
+    hostile = dict(HOSTILE, write_outside=(write_outside_program(outside), "correct", "blocked"))
+    programs, stdins, outputs = released(20)
+    alone = [v["verdict"] for v in common.judge_programs(programs, stdins, outputs, cache=False)]
+
+    # ordinary programs interleaved with hostile ones, so they share translation units
+    names = list(hostile)
+    mixed = [(programs[i], stdins[i], outputs[i]) for i in range(20)]
+    for k, name in enumerate(names):
+        program, _, gold = hostile[name]
+        mixed.insert(2 * k + 1, (program, "", gold))
+    start = time.time()
+    verdicts = common.judge_programs(*map(list, zip(*mixed)), cache=False)
+    elapsed = time.time() - start
+    by_program = {program: v for (program, _, _), v in zip(mixed, verdicts)}
+
+    for name in names:
+        program, expected_verdict, _ = hostile[name]
+        assert by_program[program]["verdict"] == expected_verdict, (name, by_program[program])
+    assert [by_program[p]["verdict"] for p in programs] == alone == ["correct"] * 20
+    assert not outside.exists()
+    assert not os.path.exists("/tmp/judge_shell_escape")
+    assert "timed out" in by_program[hostile["include_bomb"][0]]["error"]
+    assert "output over" in by_program[hostile["output_1gb"][0]]["error"]
+    assert judge_processes_alive() == []
+    # the hostile programs cost their limits, not more: 8 limited runs and 2 compile
+    # timeouts on 2 cores, each bounded by seconds
+    assert elapsed < 90
+
+
+def test_programs_that_may_share_a_translation_unit():
+    programs, _, _ = released(5)
+    assert all(common.can_share_unit(p) for p in programs)
+    assert not common.can_share_unit(HOSTILE["unbalanced"][0])
+    assert not common.can_share_unit(HOSTILE["dev_zero_include"][0])
+    assert not common.can_share_unit("int main () { $ cout << \"}\" ; $ } int x ;")
+    assert common.can_share_unit("int main () { $ cout << \"}\" ; $ return 0; }")
+    assert not common.can_share_unit("int x ; int main () { return x ; }")
+
+
+def test_batched_and_alone_compilation_give_the_same_verdicts():
+    """Programs broken in many small ways (the code corruptions) get the same verdict, and
+    the same first error, whether they share a translation unit or are compiled alone."""
+    import random
+    programs, stdins, outputs = released(24)
+    rng = random.Random(0)
+    corrupted = [common.corrupt_code(p, rng) for p in programs]
+    batched = common.judge_programs(corrupted, stdins, outputs, cache=False)
+    alone = common.judge_programs(corrupted, stdins, outputs, cache=False, share_units=False)
+    assert [v["verdict"] for v in batched] == [v["verdict"] for v in alone]
+    assert [v.get("error") for v in batched] == [v.get("error") for v in alone]
+    assert sum(v["verdict"] == "compile_error" for v in batched) >= 10  # the test has teeth
+
+
+def run_evaluate(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), *args],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_evaluate_cli_writes_verdicts_and_summary(tmp_path):
+    programs, stdins, outputs = released(4)
+    for ext, lines in (("inp", stdins), ("out", outputs)):
+        (tmp_path / f"test.{ext}").write_text("\n".join(lines) + "\n")
+    predictions = tmp_path / "preds.txt"
+    predictions.write_text("\n".join([programs[0], programs[1], "int main () {", programs[0]]) + "\n")
+    result = run_evaluate("--predictions", str(predictions), "--data", str(tmp_path), "--split", "test",
+                          "--json", str(tmp_path / "summary.json"))
+    assert result.returncode == 0, result.stderr
+    assert "compiled 75.0%" in result.stdout and "accuracy 50.0%" in result.stdout
+    verdicts = [json.loads(line) for line in open(str(predictions) + ".verdicts.jsonl")]
+    assert [v["verdict"] for v in verdicts] == ["correct", "correct", "compile_error", "wrong_output"]
+    assert json.load(open(tmp_path / "summary.json")) == {"n": 4, "compiled": 0.75, "accuracy": 0.5}
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "counts"])
+def test_evaluate_cli_bad_input_is_one_line_and_exit_2(tmp_path, case):
+    programs, stdins, outputs = released(3)
+    (tmp_path / "test.inp").write_text("\n".join(stdins) + "\n")
+    (tmp_path / "test.out").write_text("\n".join(outputs) + "\n")
+    predictions = tmp_path / "preds.txt"
+    if case == "empty":
+        predictions.write_text("")
+    elif case == "counts":
+        predictions.write_text("\n".join(programs[:2]) + "\n")
+    result = run_evaluate("--predictions", str(predictions), "--data", str(tmp_path), "--split", "test")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert {"missing": "missing predictions", "empty": "empty predictions", "counts": "line counts differ"}[case] \
+        in result.stderr
+    assert not os.path.exists(str(predictions) + ".verdicts.jsonl")
