@@ -8,31 +8,349 @@ Table of contents
   5. Losses         (issues 4, 5)
   6. Checkpoints    (issue 4)
   7. Judge          compile and run SansType programs, safely and in batches
+  8. Progress lines
 """
+
+import atexit
+import functools
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
 
 # ============================================================================
 # 1. Tokenizer
 # ============================================================================
+import io
+
+import sentencepiece
+
+# Pseudocode and code share one vocabulary. Id 0 is padding; the rest are sentencepiece's usual specials.
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+# The statement separator, the block indentation and the pseudocode's indentation word are always one
+# piece each ("▁" is sentencepiece's word-initial space), so a model sees program structure directly.
+STRUCTURE_PIECES = ["▁$", "▁~", "▁TAB"]
+
+
+def train_tokenizer(lines, vocab_size):
+    """Train a BPE model on an iterable of text lines; return the model file's bytes.
+
+    One thread and every sentence used (no sampling), so the same lines give the same bytes.
+    Raises RuntimeError if the lines cannot support vocab_size pieces.
+    """
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, model_type="bpe", vocab_size=vocab_size,
+        character_coverage=1.0, user_defined_symbols=STRUCTURE_PIECES, num_threads=1,
+        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID, minloglevel=2)
+    return model.getvalue()
+
+
+def load_tokenizer(model_bytes):
+    """A SentencePieceProcessor from model bytes (as stored in spm.model and in every checkpoint)."""
+    return sentencepiece.SentencePieceProcessor(model_proto=model_bytes)
+
 
 
 # ============================================================================
 # 2. Transformer
 # ============================================================================
+# The encoder-decoder of the paper's SansType models, as fairseq's `transformer` builds it:
+# token embeddings scaled by sqrt(d) plus sinusoidal positions, post-norm layers (residual,
+# then LayerNorm), ReLU feed-forward, dropout on the residual branches, on the attention
+# weights and after the ReLU, and one embedding matrix shared by the encoder, the decoder
+# and the output projection (one joined vocabulary).
+
+@dataclass
+class TransformerConfig:
+    vocab_size: int
+    d_model: int = 256
+    n_heads: int = 2
+    encoder_layers: int = 3
+    decoder_layers: int = 3
+    d_ff: int = 1024
+    dropout: float = 0.1
+    attention_dropout: float = 0.2
+    activation_dropout: float = 0.2
+    max_positions: int = 1024
+
+
+def linear(d_in: int, d_out: int) -> nn.Linear:
+    layer = nn.Linear(d_in, d_out)
+    nn.init.xavier_uniform_(layer.weight)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
+    """(n, d): sines of geometrically spaced frequencies in the first half, cosines in the second."""
+    frequencies = torch.exp(torch.arange(d // 2) * -(math.log(10000.0) / (d // 2 - 1)))
+    angles = torch.arange(n)[:, None] * frequencies[None, :]
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+
+
+class Attention(nn.Module):
+    """Multi-head attention. `cache` (a dict) keeps keys and values across decoding steps:
+    a self-attention cache grows by one position a step; a cross-attention cache is filled
+    once, since the encoder's output does not change while decoding."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float):
+        super().__init__()
+        self.n_heads, self.dropout = n_heads, dropout
+        self.q, self.k, self.v, self.out = (linear(d_model, d_model) for _ in range(4))
+
+    def split_heads(self, x):  # (B, T, D) -> (B, H, T, D/H)
+        return x.view(x.shape[0], x.shape[1], self.n_heads, -1).transpose(1, 2)
+
+    def forward(self, x, context, mask, cache=None, cross=False):
+        q = self.split_heads(self.q(x))
+        if cache is not None and cross and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            k, v = self.split_heads(self.k(context)), self.split_heads(self.v(context))
+            if cache is not None and not cross and "k" in cache:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+        if cache is not None:
+            cache["k"], cache["v"] = k, v
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+        return self.out(y.transpose(1, 2).reshape(x.shape))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float):
+        super().__init__()
+        self.fc1, self.fc2, self.activation_dropout = linear(d_model, d_ff), linear(d_ff, d_model), activation_dropout
+
+    def forward(self, x):
+        return self.fc2(F.dropout(F.relu(self.fc1(x)), self.activation_dropout, self.training))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, c: TransformerConfig):
+        super().__init__()
+        self.attention, self.attention_norm = Attention(c.d_model, c.n_heads, c.attention_dropout), nn.LayerNorm(c.d_model)
+        self.ffn, self.ffn_norm = FeedForward(c.d_model, c.d_ff, c.activation_dropout), nn.LayerNorm(c.d_model)
+        self.dropout = c.dropout
+
+    def forward(self, x, mask):
+        x = self.attention_norm(x + F.dropout(self.attention(x, x, mask), self.dropout, self.training))
+        return self.ffn_norm(x + F.dropout(self.ffn(x), self.dropout, self.training))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c: TransformerConfig):
+        super().__init__()
+        self.self_attention, self.self_norm = Attention(c.d_model, c.n_heads, c.attention_dropout), nn.LayerNorm(c.d_model)
+        self.cross_attention, self.cross_norm = Attention(c.d_model, c.n_heads, c.attention_dropout), nn.LayerNorm(c.d_model)
+        self.ffn, self.ffn_norm = FeedForward(c.d_model, c.d_ff, c.activation_dropout), nn.LayerNorm(c.d_model)
+        self.dropout = c.dropout
+
+    def forward(self, x, self_mask, memory, memory_mask, cache=None):
+        drop = lambda y: F.dropout(y, self.dropout, self.training)  # noqa: E731
+        self_cache, cross_cache = (cache.setdefault("self", {}), cache.setdefault("cross", {})) if cache is not None else (None, None)
+        x = self.self_norm(x + drop(self.self_attention(x, x, self_mask, self_cache)))
+        x = self.cross_norm(x + drop(self.cross_attention(x, memory, memory_mask, cross_cache, cross=True)))
+        return self.ffn_norm(x + drop(self.ffn(x)))
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        c = self.config = config
+        self.embed = nn.Embedding(c.vocab_size, c.d_model, padding_idx=PAD_ID)
+        # N(0, 1/d) times sqrt(d): unit-size inputs, and logits (through the same matrix) of a
+        # sensible size. N(0, 1) times sqrt(d) blows both up and the model never learns to attend.
+        nn.init.normal_(self.embed.weight, std=c.d_model ** -0.5)
+        nn.init.zeros_(self.embed.weight[PAD_ID])
+        self.register_buffer("positions", sinusoidal_positions(c.max_positions, c.d_model), persistent=False)
+        self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
+
+    def embed_tokens(self, tokens, start: int = 0):
+        x = self.embed(tokens) * math.sqrt(self.config.d_model) + self.positions[start:start + tokens.shape[1]]
+        return F.dropout(x, self.config.dropout, self.training)
+
+    def encode(self, src):
+        """src (B, S) token ids, PAD-padded -> (memory (B, S, D), its mask (B, 1, 1, S))."""
+        mask = (src != PAD_ID)[:, None, None, :]  # True where a key may be attended to
+        x = self.embed_tokens(src)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return x, mask
+
+    def decode(self, tgt_in, memory, memory_mask, cache=None, start: int = 0):
+        """Logits (B, T, V) for the next token at every position of tgt_in (B, T). With a
+        cache, tgt_in holds only the new positions, the first of them at `start`."""
+        T = tgt_in.shape[1]
+        causal = torch.ones(T, start + T, dtype=torch.bool, device=tgt_in.device).tril(start)
+        x = self.embed_tokens(tgt_in, start)
+        for i, layer in enumerate(self.decoder):
+            x = layer(x, causal, memory, memory_mask, cache[i] if cache is not None else None)
+        return x @ self.embed.weight.T  # the output projection shares the embeddings
+
+    def forward(self, src, tgt_in):
+        return self.decode(tgt_in, *self.encode(src))
+
+    @torch.no_grad()
+    def generate(self, src, max_len: int = 200, sample: bool = False, use_cache: bool = True):
+        """Greedy (or, with sample=True, ancestral) decoding of a batch, stopping each sequence
+        at EOS. Returns the token ids without BOS/EOS, one list per source."""
+        memory, memory_mask = self.encode(src)
+        B = src.shape[0]
+        tokens = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)
+        finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+        cache = [{} for _ in self.decoder] if use_cache else None
+        for step in range(max_len):
+            if use_cache:
+                logits = self.decode(tokens[:, -1:], memory, memory_mask, cache, start=step)[:, -1]
+            else:  # re-run the decoder over the whole prefix: the slow reference for the cache
+                logits = self.decode(tokens, memory, memory_mask)[:, -1]
+            if sample:
+                next_token = torch.multinomial(F.softmax(logits.float(), dim=-1), 1).squeeze(1)
+            else:
+                next_token = logits.argmax(dim=-1)
+            next_token = next_token.masked_fill(finished, PAD_ID)
+            tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+            finished |= next_token == EOS_ID
+            if finished.all():
+                break
+        return [strip_special(row) for row in tokens[:, 1:].tolist()]
+
+
+def strip_special(ids: list[int]) -> list[int]:
+    """Token ids up to the first EOS, without padding."""
+    ids = ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids
+    return [i for i in ids if i != PAD_ID]
 
 
 # ============================================================================
 # 3. U-Net
 # ============================================================================
+# The denoiser Pi of the font experiment (Section 6.3): a small 3-level U-Net
+# (Ronneberger et al., 2015) that maps a 1x32x32 image in [-1, 1] to another.
+# Three stride-2 convolutions go down 32 -> 16 -> 8 -> 4; transposed convolutions
+# come back up, each concatenated with the encoder map of the same size (the skip
+# connections, which let fine strokes bypass the bottleneck). width=64 is the
+# size of the paper's released code; the CPU preset uses a narrower one.
+import torch
+import torch.nn as nn
+
+
+def unet_down(c_in, c_out, norm=True, dropout=0.0):
+    """Halve the resolution: 4x4 convolution with stride 2."""
+    layers = [nn.Conv2d(c_in, c_out, 4, stride=2, padding=1, bias=not norm)]
+    layers += [nn.InstanceNorm2d(c_out)] if norm else []
+    layers += [nn.LeakyReLU(0.2)]
+    layers += [nn.Dropout(dropout)] if dropout else []
+    return nn.Sequential(*layers)
+
+
+def unet_up(c_in, c_out, dropout=0.0):
+    """Double the resolution: 4x4 transposed convolution with stride 2."""
+    layers = [nn.ConvTranspose2d(c_in, c_out, 4, stride=2, padding=1, bias=False),
+              nn.InstanceNorm2d(c_out), nn.ReLU()]
+    layers += [nn.Dropout(dropout)] if dropout else []
+    return nn.Sequential(*layers)
+
+
+class UNet(nn.Module):
+    def __init__(self, width=64, dropout=0.5):
+        super().__init__()
+        w = width
+        self.config = dict(width=width, dropout=dropout)
+        self.down1 = unet_down(1, w, norm=False)                  # 32 -> 16
+        self.down2 = unet_down(w, 2 * w)                          # 16 -> 8
+        self.down3 = unet_down(2 * w, 2 * w, norm=False, dropout=dropout)  # 8 -> 4
+        self.up1 = unet_up(2 * w, 2 * w, dropout=dropout)         # 4 -> 8, then cat d2
+        self.up2 = unet_up(4 * w, w, dropout=dropout)             # 8 -> 16, then cat d1
+        self.up3 = nn.Upsample(scale_factor=2)                    # 16 -> 32, then cat the input
+        self.final = nn.Sequential(nn.Conv2d(2 * w + 1, 1, 3, padding=1), nn.Tanh())  # [-1, 1] like the data
+
+    def forward(self, x):                                         # x: (B, 1, 32, 32)
+        d1 = self.down1(x)
+        d2 = self.down2(d1)
+        d3 = self.down3(d2)
+        u1 = torch.cat([self.up1(d3), d2], dim=1)
+        u2 = torch.cat([self.up2(u1), d1], dim=1)
+        u3 = torch.cat([self.up3(u2), x], dim=1)
+        return self.final(u3)
 
 
 # ============================================================================
 # 4. Corruptions
 # ============================================================================
+# Noise for pre-training the denoiser, applied on the fly to valid SansType code (space-separated words).
+# Pure functions of (code, rng): the caller owns the random stream, so runs are reproducible.
+CPP_TYPES = ("int", "string", "bool")
+STATEMENT_STARTS = ("$", ";", "{", "~")  # a variable right after one of these starts an assignment
+
+
+def code_corruption_sites(words):
+    """{position: [kinds of edit possible there]} for the code-based noise of Appendix C."""
+    sites = {}
+    for i, word in enumerate(words):
+        if word in CPP_TYPES:  # a declaration: swap its type for another or drop it
+            sites[i] = ["replace type", "delete type"]
+        elif word.startswith("var_") and i > 0 and words[i - 1] in STATEMENT_STARTS:
+            sites[i] = ["insert type"]  # an assignment: make it a (re)declaration
+        elif word in ("<<", ">>"):  # input/output: drop or reverse the arrow, or drop cin/cout
+            sites[i] = ["delete arrow", "reverse arrow"]
+            sites[i - 1] = ["delete stream"]
+    return sites
+
+
+def corrupt_code(code, rng, num_corruptions=1):
+    """Appendix C's code-based noise: num_corruptions (at least 1) edits at distinct places.
+
+    Replace, delete or insert a type in declarations, initialisations and modifications; in input and
+    output statements remove the << or >>, reverse it, or remove cout/cin. Most results no longer compile
+    and the rest mostly compute something else, e.g. `bool x = 5 ;` or `int temp = var_1 ;` for a bool.
+    Edits are applied right to left so earlier positions stay valid and no edit can undo another.
+    """
+    words = code.split(" ")
+    sites = code_corruption_sites(words)
+    positions = rng.sample(sorted(sites), min(max(1, num_corruptions), len(sites)))
+    for i in sorted(positions, reverse=True):
+        kind = rng.choice(sites[i])
+        if kind == "replace type":
+            words[i] = rng.choice([t for t in CPP_TYPES if t != words[i]])
+        elif kind == "insert type":
+            words.insert(i, rng.choice(CPP_TYPES))
+        elif kind == "reverse arrow":
+            words[i] = {"<<": ">>", ">>": "<<"}[words[i]]
+        else:  # delete type / arrow / stream
+            del words[i]
+    return " ".join(words)
+
+
+def delete_random_words(code, rng, p=0.15):
+    """Section 6.2.4's generic noise, with no knowledge of code: drop each word with probability p."""
+    return " ".join(word for word in code.split(" ") if rng.random() >= p)
+
 
 
 # ============================================================================
 # 5. Losses
 # ============================================================================
+
+def sequence_loss(logits, targets, label_smoothing: float = 0.0):
+    """Mean cross entropy per target token (padding ignored), optionally label-smoothed:
+    (1 - eps) * -log p(y_t) + eps * mean over the vocabulary of -log p(v)."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD_ID,
+                           label_smoothing=label_smoothing)
 
 
 # ============================================================================
@@ -43,3 +361,363 @@ Table of contents
 # ============================================================================
 # 7. Judge
 # ============================================================================
+# A SansType program is one line: `$` ends a source line and `~` is indentation. The judge
+# compiles it with g++ after a fixed prelude, runs it on the test's stdin and compares the
+# stripped stdout with the gold output, as the paper's evaluation does.
+#
+# Programs come straight from a model, so they are hostile until proven otherwise: every
+# compilation and run has a time limit and is killed with its whole process group, and every
+# run goes through a tiny C launcher (SANDBOX_C) that drops root, forbids new processes and
+# new files, and caps CPU, memory and output before it executes the program.
+#
+# Speed: g++ spends most of its time parsing <iostream>, so compiling 500 programs one by one
+# parses it 500 times. Instead, programs that are one self-contained `int main () { ... }`
+# share a translation unit, each inside its own namespace, and a dispatcher `main` calls the
+# program named by argv[1]. A program whose lines hold a compile error is taken out of the
+# batch and the rest is compiled again. Every run is still its own sandboxed process.
+
+CPP_PRELUDE = "#include <iostream>\n#include <string>\n#include <algorithm>\nusing namespace std;\n"
+GXX = ["g++", "-std=gnu++17", "-O0", "-w", "-static", "-pipe"]  # static: a jailed run may not open .so files
+COMPILE_SECONDS = 20         # one program; a batch gets 0.2 s more per program
+COMPILE_MEMORY_MB = 2048
+RUN_CPU_SECONDS = 2
+RUN_WALL_SECONDS = 5
+RUN_MEMORY_MB = 512
+RUN_OUTPUT_KB = 1024
+BATCH_SIZE = 100             # at most this many programs per translation unit
+
+SANDBOX_C = r"""
+/* sandbox CPU_S MEMORY_MB FILE_KB tool|jail PROGRAM [ARGS...]
+   tool: cap CPU time, memory and file size, then run PROGRAM found on PATH (the compiler).
+   jail: also drop root (the kernel never applies the process limit to root), allow no new
+   process (RLIMIT_NPROC 0) and no new file (RLIMIT_NOFILE 3: stdin, stdout, stderr only),
+   and send the program's stderr to /dev/null, so that anything on our stderr is ours. */
+#include <fcntl.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+static int report = 2;
+static void fail(const char *what) { dprintf(report, "sandbox: %s failed\n", what); exit(122); }
+static void limit(int resource, rlim_t soft, rlim_t hard) {
+    struct rlimit r = {soft, hard};
+    if (setrlimit(resource, &r) != 0) fail("setrlimit");
+}
+int main(int argc, char **argv) {
+    if (argc < 6) { fprintf(stderr, "usage: sandbox CPU_S MEMORY_MB FILE_KB tool|jail PROGRAM ...\n"); return 122; }
+    rlim_t cpu = atol(argv[1]), memory = (rlim_t)atol(argv[2]) << 20, file = (rlim_t)atol(argv[3]) << 10;
+    int jail = strcmp(argv[4], "jail") == 0;
+    limit(RLIMIT_CPU, cpu, cpu + 1);  /* SIGXCPU at the soft limit */
+    limit(RLIMIT_AS, memory, memory);
+    limit(RLIMIT_FSIZE, file, file);  /* SIGXFSZ past the cap, also for stdout redirected to a file */
+    limit(RLIMIT_CORE, 0, 0);
+    if (!jail) { execvp(argv[5], argv + 5); fail("exec"); }
+    int program = open(argv[5], O_RDONLY | O_CLOEXEC);  /* opened while we may still read it */
+    int null = open("/dev/null", O_WRONLY);
+    report = fcntl(2, F_DUPFD_CLOEXEC, 3);
+    if (program < 0 || null < 0 || report < 0 || dup2(null, 2) < 0) fail("open");
+    close(null);
+    if (getuid() == 0 && (setgroups(0, NULL) || setgid(65534) || setuid(65534))) fail("dropping root");
+    limit(RLIMIT_NPROC, 0, 0);
+    limit(RLIMIT_NOFILE, 3, 3);
+    char *empty_environment[] = {NULL};
+    fexecve(program, argv + 5, empty_environment);
+    fail("exec");
+}
+"""
+
+
+@dataclass
+class RunResult:
+    status: str        # ok | compile_error | runtime_error | timeout
+    stdout: str = ""
+    error: str = ""    # the compiler's first error, or why the run failed
+
+
+@dataclass
+class _Build:          # where a program's binary is, and how to call it
+    binary: str | None
+    args: list[str]
+    error: str = ""
+
+
+def to_cpp(program: str) -> str:
+    """SansType code line -> a whole C++ source file."""
+    return CPP_PRELUDE + program_body(program)
+
+
+def program_body(program: str) -> str:
+    return program.replace("~", " ").replace("$", "\n") + "\n"
+
+
+_RUN_CACHE: dict[tuple[str, str], RunResult] = {}
+
+
+def run_programs(programs: list[str], stdins: list[str], progress: str | None = None,
+                 jobs: int = 2, cache: bool = True, share_units: bool = True) -> list[RunResult]:
+    """Compile and run programs[i] on stdins[i] (an .inp line) on `jobs` cores. With
+    `progress`, print progress lines with an ETA to stderr, calling the programs so.
+    share_units=False compiles every program alone (slow; for checking the batching)."""
+    if len(programs) != len(stdins):
+        raise ValueError(f"{len(programs)} programs but {len(stdins)} inputs")
+    pairs = [k for k in dict.fromkeys(zip(programs, stdins)) if not (cache and k in _RUN_CACHE)]
+    inputs_of = {}
+    for program, stdin in pairs:
+        inputs_of.setdefault(program, []).append(stdin)
+    shared = {p: None for p in inputs_of if share_units and can_share_unit(p)}  # an ordered set
+    units = [[p] for p in inputs_of if p not in shared] + _split_evenly(list(shared), jobs)
+    meter = Progress(len(pairs), f"judging {progress}") if progress else None
+    results = {}
+
+    def build_and_run(unit: list[str], workdir: str):
+        os.makedirs(workdir)
+        builds = _build_unit(unit, workdir)
+        for program in unit:
+            for stdin in inputs_of[program]:
+                results[program, stdin] = _run(builds[program], stdin, _fresh_dir(workdir))
+                if meter:
+                    meter.step()
+
+    with tempfile.TemporaryDirectory(prefix="judge-") as workdir, ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(build_and_run, units, [os.path.join(workdir, f"unit{i}") for i in range(len(units))]))
+    if cache:
+        _RUN_CACHE.update(results)
+    return [results.get(k) or _RUN_CACHE[k] for k in zip(programs, stdins)]
+
+
+def judge_programs(programs: list[str], stdins: list[str], expected: list[str], **kwargs) -> list[dict]:
+    """One verdict per program: correct, wrong_output, compile_error, runtime_error or timeout.
+    A program is correct when it compiles, exits normally and its stripped stdout is the
+    gold output (stripped too)."""
+    verdicts = []
+    for result, gold in zip(run_programs(programs, stdins, **kwargs), expected, strict=True):
+        if result.status == "ok":
+            verdict = "correct" if result.stdout.strip() == gold.strip() else "wrong_output"
+            verdicts.append({"verdict": verdict, "stdout": result.stdout[:200]})
+        else:
+            verdicts.append({"verdict": result.status, "error": result.error})
+    return verdicts
+
+
+def _split_evenly(items: list, jobs: int) -> list[list]:
+    """Chunks of at most BATCH_SIZE, as many as a multiple of `jobs`, so both cores stay busy."""
+    if not items:
+        return []
+    n_chunks = -(-len(items) // BATCH_SIZE)
+    n_chunks = -(-n_chunks // jobs) * jobs
+    return [chunk for chunk in (items[i::n_chunks] for i in range(n_chunks)) if chunk]
+
+
+def _fresh_dir(parent: str) -> str:
+    return tempfile.mkdtemp(dir=parent)
+
+
+# --- which programs may share a translation unit -----------------------------------------
+
+_MAIN_HEAD = re.compile(r"\s*int\s+main\s*\(\s*\)\s*\{")
+_OPENERS, _CLOSERS = "([{", ")]}"
+
+
+def can_share_unit(program: str) -> bool:
+    """True when the program is exactly one `int main () { ... }` with (), [] and {} properly
+    nested, and nothing that reaches outside it: no preprocessor, comments, backslashes,
+    digraphs or raw strings. Wrapped in a namespace, such a program cannot change how its
+    neighbours compile, and g++'s error recovery stays inside its braces."""
+    code = _without_literals(program_body(program))
+    if code is None or not _MAIN_HEAD.match(code):
+        return False
+    if any(bad in code for bad in ("#", "//", "/*", "\\", "<%", "%>", "<:", ":>", "%:", "??")):
+        return False
+    stack = []
+    for i, ch in enumerate(code):
+        if ch in _OPENERS:
+            stack.append(ch)
+        elif ch in _CLOSERS:
+            if not stack or _OPENERS.index(stack.pop()) != _CLOSERS.index(ch):
+                return False
+            if ch == "}" and not stack:  # main's closing brace must end the program
+                return code[i + 1:].strip() == ""
+    return False
+
+
+def _without_literals(code: str) -> str | None:
+    """Blank out the insides of string and character literals, so that their brackets do not
+    count; None when a literal is raw or unterminated."""
+    out, i = [], 0
+    while i < len(code):
+        if code[i] not in "\"'":
+            out.append(code[i])
+            i += 1
+            continue
+        quote, end = code[i], i + 1
+        while end < len(code) and code[end] not in (quote, "\n"):
+            end += 2 if code[end] == "\\" else 1
+        if end >= len(code) or code[end] != quote or code[i - 1:i] == "R":
+            return None
+        out.append(quote + " " * (end - i - 1) + quote)
+        i = end + 1
+    return "".join(out)
+
+
+# --- building ----------------------------------------------------------------------------
+
+def _build_unit(unit: list[str], workdir: str) -> dict[str, _Build]:
+    """Compile the programs of a unit. One program is compiled as it is; several share a
+    translation unit. A program whose lines hold an error gets that error as its verdict
+    and the others are compiled again without it; when a failure names no program's line
+    (a link error, a timeout), every remaining program is compiled alone."""
+    if len(unit) == 1:
+        return {unit[0]: _build_alone(unit[0], workdir)}
+    builds, pending = {}, list(unit)
+    while pending:
+        source, spans = _shared_source(pending)
+        binary, errors = _compile(source, _fresh_dir(workdir), COMPILE_SECONDS + 0.2 * len(pending))
+        if binary:
+            builds.update({p: _Build(binary, [str(slot)]) for slot, p in enumerate(pending)})
+            break
+        first_error = {}
+        for line, message in errors:
+            for slot, (start, end) in enumerate(spans):
+                if start <= line < end:
+                    first_error.setdefault(slot, f"line {line - start + 1}: {message}")
+        if not first_error:
+            builds.update({p: _build_alone(p, _fresh_dir(workdir)) for p in pending})
+            break
+        builds.update({pending[slot]: _Build(None, [], error) for slot, error in first_error.items()})
+        pending = [p for slot, p in enumerate(pending) if slot not in first_error]
+    return builds
+
+
+def _build_alone(program: str, workdir: str) -> _Build:
+    binary, errors = _compile(to_cpp(program), workdir, COMPILE_SECONDS)
+    if binary:
+        return _Build(binary, [])
+    first_line = CPP_PRELUDE.count("\n") + 1
+    line, message = errors[0]
+    return _Build(None, [], f"line {line - first_line + 1}: {message}" if line >= first_line else message)
+
+
+def _shared_source(programs: list[str]) -> tuple[str, list[tuple[int, int]]]:
+    """One C++ file holding every program in a namespace of its own, and each program's span
+    of lines [start, end), so that an error's line number tells whose it is."""
+    parts, spans, line = [CPP_PRELUDE], [], CPP_PRELUDE.count("\n") + 1
+    for slot, program in enumerate(programs):
+        body = program_body(program)
+        parts += [f"namespace sansprog_{slot} {{\n", body, "}\n"]
+        spans.append((line + 1, line + 1 + body.count("\n")))
+        line += body.count("\n") + 2
+    table = ", ".join(f"sansprog_{slot}::main" for slot in range(len(programs)))
+    parts.append(f"int main(int argc, char **argv) {{\n    int (*const programs[])() = {{{table}}};\n"
+                 f"    return programs[std::stoi(argv[1])]();\n}}\n")
+    return "".join(parts), spans
+
+
+_ERROR_LINE = re.compile(r"^source\.cpp:(\d+):\d+: (?:fatal )?error: (.*)$", re.M)
+
+
+def _compile(source: str, workdir: str, seconds: float) -> tuple[str | None, list[tuple[int, str]]]:
+    """g++ in the sandbox. Returns (binary or None, [(line, message), ...] of its errors)."""
+    with open(os.path.join(workdir, "source.cpp"), "w", encoding="utf-8") as f:
+        f.write(source)
+    code, stderr = _sandboxed([*GXX, "source.cpp", "-o", "program"], workdir, seconds, jail=False)
+    if code is None:
+        return None, [(0, f"compilation timed out after {seconds:.0f} s")]
+    if code != 0:
+        errors = [(int(line), re.sub(r"\bsansprog_\d+::", "", message)) for line, message in _ERROR_LINE.findall(stderr)]
+        return None, errors or [(0, (stderr.strip().splitlines() or [f"g++ exited with {code}"])[-1])]
+    return os.path.join(workdir, "program"), []
+
+
+# --- running -----------------------------------------------------------------------------
+
+def _run(build: _Build, stdin: str, rundir: str) -> RunResult:
+    if build.binary is None:
+        return RunResult("compile_error", error=build.error)
+    stdin_path, stdout_path = os.path.join(rundir, "stdin"), os.path.join(rundir, "stdout")
+    with open(stdin_path, "w", encoding="utf-8") as f:
+        f.write(stdin + "\n")
+    code, stderr = _sandboxed([build.binary, *build.args], rundir, RUN_WALL_SECONDS, jail=True,
+                              stdin_path=stdin_path, stdout_path=stdout_path)
+    if stderr:  # the program's own stderr goes to /dev/null: this is the sandbox failing
+        raise RuntimeError(f"the judge's sandbox failed: {stderr.strip()}")
+    with open(stdout_path, "rb") as f:
+        stdout = f.read().decode(errors="replace")
+    if code is None or code == -signal.SIGXCPU:
+        return RunResult("timeout", stdout, f"over {RUN_WALL_SECONDS} s wall or {RUN_CPU_SECONDS} s CPU")
+    if code == -signal.SIGXFSZ:
+        return RunResult("runtime_error", stdout, f"output over {RUN_OUTPUT_KB} KiB")
+    if code < 0:
+        return RunResult("runtime_error", stdout, f"killed by {signal.Signals(-code).name}")
+    if code > 0:
+        return RunResult("runtime_error", stdout, f"exit code {code}")
+    return RunResult("ok", stdout)
+
+
+def _sandboxed(argv, cwd, seconds, jail, stdin_path=None, stdout_path=None):
+    """Run argv under the sandbox launcher in a process group of its own, killing the whole
+    group (the compiler's cc1plus and ld too) past `seconds` of wall time.
+    Returns (exit code, or None after a timeout; stderr)."""
+    limits = [RUN_CPU_SECONDS, RUN_MEMORY_MB, RUN_OUTPUT_KB, "jail"] if jail else \
+             [math.ceil(seconds), COMPILE_MEMORY_MB, 256 * 1024, "tool"]
+    with open(stdin_path or os.devnull, "rb") as stdin, open(stdout_path or os.devnull, "wb") as stdout:
+        proc = subprocess.Popen([_sandbox_binary(), *map(str, limits), *argv], cwd=cwd, stdin=stdin,
+                                stdout=stdout, stderr=subprocess.PIPE, start_new_session=True,
+                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"})
+        try:
+            _, stderr = proc.communicate(timeout=seconds)
+            return proc.returncode, stderr.decode(errors="replace")
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return None, ""
+
+
+@functools.cache
+def _sandbox_binary() -> str:
+    """Compile the launcher once per process; removed when the process exits."""
+    for tool in ("gcc", "g++"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"the judge needs {tool}, which is not on PATH (Debian: apt-get install g++)")
+    workdir = tempfile.mkdtemp(prefix="sandbox-")
+    atexit.register(shutil.rmtree, workdir, True)
+    with open(os.path.join(workdir, "sandbox.c"), "w") as f:
+        f.write(SANDBOX_C)
+    subprocess.run(["gcc", "-O2", "-o", "sandbox", "sandbox.c"], cwd=workdir, check=True, capture_output=True)
+    return os.path.join(workdir, "sandbox")
+
+
+# ============================================================================
+# 8. Progress lines
+# ============================================================================
+
+class Progress:
+    """Prints `what: done/total (rate/s, ETA 1m23s)` to stderr, at most every few seconds."""
+
+    def __init__(self, total: int, what: str, every_seconds: float = 5.0):
+        self.total, self.what, self.every = total, what, every_seconds
+        self.done, self.start, self.last_print = 0, time.time(), 0.0
+        self.lock = threading.Lock()  # steps may come from several threads
+
+    def step(self, n: int = 1):
+        with self.lock:
+            self.done += n
+            now = time.time()
+            if now - self.last_print >= self.every or self.done == self.total:
+                self.last_print = now
+                print(self.line(now), file=sys.stderr, flush=True)
+
+    def line(self, now: float) -> str:
+        elapsed = max(now - self.start, 1e-9)
+        rate = self.done / elapsed
+        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+        return f"{self.what}: {self.done}/{self.total} ({rate:.1f}/s, elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)})"
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds == float("inf"):
+        return "?"
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"

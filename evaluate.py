@@ -68,7 +68,10 @@ def main(argv=None):
     except (ValueError, UnicodeDecodeError) as error:
         parser.exit(2, f"evaluate.py: error: {error}\n")
 
-    verdicts = common.judge_programs(programs, stdins, expected, progress=f"{args.split} programs", jobs=args.jobs)
+    try:
+        verdicts = common.judge_programs(programs, stdins, expected, progress=f"{args.split} programs", jobs=args.jobs)
+    except RuntimeError as error:  # no g++, or the sandbox could not start
+        parser.exit(2, f"evaluate.py: error: {error}\n")
     write_jsonl(args.predictions + ".verdicts.jsonl", [{"line": i + 1, **v} for i, v in enumerate(verdicts)])
     summary = summarize(verdicts)
     if args.json:

@@ -1,0 +1,10 @@
+"""Make the scripts importable from any working directory, and keep tests on one thread:
+the models are tiny, and torch's thread pool slows them down badly when the two cores are
+shared with g++ or another job."""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+torch.set_num_threads(1)
