@@ -6,11 +6,12 @@ Table of contents
   3. U-Net          the image denoiser of the font experiment (fonts.py)
   4. Corruptions    code-based and random-deletion noise for denoiser pre-training
   5. Losses         (issues 4, 5)
-  6. Checkpoints    (issue 4)
+  6. Checkpoints    self-contained model files, batches, and the training loop
   7. Judge          compile and run SansType programs, safely and in batches
   8. Progress lines
 """
 
+import argparse
 import atexit
 import functools
 import math
@@ -24,7 +25,8 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+import random
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn
@@ -86,6 +88,15 @@ class TransformerConfig:
     attention_dropout: float = 0.2
     activation_dropout: float = 0.2
     max_positions: int = 1024
+
+
+# Model sizes. paper: Appendix C (3+3 layers, 2 heads, d=256, ffn 1024, dropout 0.1/0.2/0.2).
+# cpu: a smaller model that trains in minutes on 2 cores. smoke: tiny, for the tests.
+MODEL_PRESETS = {
+    "paper": dict(d_model=256, n_heads=2, encoder_layers=3, decoder_layers=3, d_ff=1024),
+    "cpu": dict(d_model=128, n_heads=4, encoder_layers=2, decoder_layers=2, d_ff=512),
+    "smoke": dict(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64),
+}
 
 
 def linear(d_in: int, d_out: int) -> nn.Linear:
@@ -302,7 +313,7 @@ def code_corruption_sites(words):
     """{position: [kinds of edit possible there]} for the code-based noise of Appendix C."""
     sites = {}
     for i, word in enumerate(words):
-        if word in CPP_TYPES:  # a declaration: swap its type for another or drop it
+        if word in CPP_TYPES and words[i + 1:i + 2] != ["main"]:  # a declaration: swap its type or drop it
             sites[i] = ["replace type", "delete type"]
         elif word.startswith("var_") and i > 0 and words[i - 1] in STATEMENT_STARTS:
             sites[i] = ["insert type"]  # an assignment: make it a (re)declaration
@@ -354,8 +365,238 @@ def sequence_loss(logits, targets, label_smoothing: float = 0.0):
 
 
 # ============================================================================
-# 6. Checkpoints
+# 6. Checkpoints and the training loop
 # ============================================================================
+# A checkpoint is one self-contained file: the model's config and weights, the tokenizer's
+# bytes, the arguments it was trained with and its best validation loss, so that loading it
+# needs no other file. Training writes two: model.pt (the best epoch so far, for the next
+# stage) and last.pt (the latest epoch with optimizer, step and random states, for --resume).
+# Both are written to a temporary file first and renamed, so a kill never leaves half a file.
+
+class UsageError(Exception):
+    """Bad input from the user (a missing file, a checkpoint that is not one, ...): the scripts
+    print its message on one line and exit with code 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage dump), with exit code 2 as usual."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def add_training_args(parser):
+    """Flags shared by the training scripts. Each defaults to None and is then filled from the
+    chosen preset (resolve_preset), so a flag given on the command line always wins."""
+    parser.add_argument("--preset", choices=("cpu", "paper", "smoke"), default="cpu",
+                        help="cpu (default): minutes on 2 cores; paper: the paper's sizes, for a GPU; smoke: tests")
+    for flag, kind, text in [
+            ("--epochs", int, "maximum epochs"), ("--batch-size", int, "programs per batch"),
+            ("--lr", float, "peak learning rate of AdamW"), ("--warmup-steps", int, "linear warm-up"),
+            ("--weight-decay", float, None), ("--label-smoothing", float, None), ("--clip-norm", float, None),
+            ("--patience", int, "stop after this many epochs without a better validation loss"),
+            ("--d-model", int, None), ("--n-heads", int, None), ("--layers", int, "encoder and decoder layers each"),
+            ("--d-ff", int, None), ("--dropout", float, None), ("--attention-dropout", float, None),
+            ("--activation-dropout", float, None)]:
+        parser.add_argument(flag, type=kind, help=text)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt after an interrupt")
+
+
+TRAINING_DEFAULTS = dict(weight_decay=1e-4, label_smoothing=0.1, clip_norm=1.0, dropout=0.1,
+                         attention_dropout=0.2, activation_dropout=0.2)
+
+
+def resolve_preset(args, script_presets: dict):
+    """Fill every flag left at None from the script's preset, the model preset of the same
+    name and TRAINING_DEFAULTS, in that order."""
+    model = MODEL_PRESETS[args.preset]
+    preset = {**TRAINING_DEFAULTS, **dict(model, layers=model["encoder_layers"]), **script_presets[args.preset]}
+    for key, value in preset.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    return args
+
+
+def config_from_args(args, vocab_size: int) -> TransformerConfig:
+    return TransformerConfig(vocab_size=vocab_size, d_model=args.d_model, n_heads=args.n_heads,
+                             encoder_layers=args.layers, decoder_layers=args.layers, d_ff=args.d_ff,
+                             dropout=args.dropout, attention_dropout=args.attention_dropout,
+                             activation_dropout=args.activation_dropout)
+
+
+def read_lines(path: str) -> list[str]:
+    """The lines of a SansType file; a final newline does not make an extra empty line."""
+    if not os.path.isfile(path):
+        raise UsageError(f"missing file: {path}")
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def read_tokenizer_bytes(data_dir: str) -> bytes:
+    path = os.path.join(data_dir, "spm.model")
+    if not os.path.isfile(path):
+        raise UsageError(f"missing {path}: run make_sanstype.py first")
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def check_same_tokenizer(spm_a: bytes, spm_b: bytes, what_a: str, what_b: str):
+    if spm_a != spm_b:
+        raise UsageError(f"{what_a} and {what_b} use different tokenizers: retrain one on the same data")
+
+
+def exit_with_usage_error(script: str, error):
+    print(f"{script}: error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
+def save_checkpoint(path: str, payload: dict):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str, needs=("config", "model", "spm")) -> dict:
+    if not os.path.isfile(path):
+        raise UsageError(f"no checkpoint at {path}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # pickle, zip or torch errors: whatever it is, it is not ours
+        raise UsageError(f"{path} is not a checkpoint ({type(error).__name__})") from None
+    if not isinstance(checkpoint, dict) or any(key not in checkpoint for key in needs):
+        raise UsageError(f"{path} is not a checkpoint of this project (it lacks {', '.join(needs)})")
+    return checkpoint
+
+
+def model_from_checkpoint(checkpoint: dict) -> Transformer:
+    model = Transformer(TransformerConfig(**checkpoint["config"]))
+    model.load_state_dict(checkpoint["model"])
+    return model
+
+
+def pick_device(name: str | None = None) -> torch.device:
+    return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def batches(pairs: list, batch_size: int, rng: random.Random | None = None):
+    """(src, tgt_in, tgt_out) padded LongTensors from (source ids, target ids) pairs; shuffled
+    when an rng is given. The decoder reads BOS + target and predicts target + EOS."""
+    order = list(range(len(pairs)))
+    if rng is not None:
+        rng.shuffle(order)
+    for start in range(0, len(order), batch_size):
+        chosen = [pairs[i] for i in order[start:start + batch_size]]
+        src = pad([s + [EOS_ID] for s, _ in chosen])
+        tgt = pad([[BOS_ID] + t + [EOS_ID] for _, t in chosen])
+        yield src, tgt[:, :-1], tgt[:, 1:]
+
+
+def pad(sequences: list[list[int]]) -> torch.Tensor:
+    out = torch.full((len(sequences), max(map(len, sequences))), PAD_ID, dtype=torch.long)
+    for row, ids in enumerate(sequences):
+        out[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return out
+
+
+@torch.no_grad()
+def validation_loss(model, pairs, batch_size, device) -> float:
+    """Mean per-token cross entropy (no smoothing), the early-stopping criterion."""
+    model.eval()
+    total, tokens = 0.0, 0
+    for src, tgt_in, tgt_out in batches(pairs, batch_size):
+        src, tgt_in, tgt_out = src.to(device), tgt_in.to(device), tgt_out.to(device)
+        n = int((tgt_out != PAD_ID).sum())
+        total += sequence_loss(model(src, tgt_in), tgt_out).item() * n
+        tokens += n
+    return total / tokens
+
+
+@torch.no_grad()
+def translate(model, tokenizer, texts: list[str], batch_size: int, sample: bool = False) -> list[str]:
+    """Greedy (or sampled) outputs of a seq2seq model for a list of input texts."""
+    device = next(model.parameters()).device
+    model.eval()
+    outputs = []
+    for start in range(0, len(texts), batch_size):
+        src = pad([ids + [EOS_ID] for ids in tokenizer.encode(texts[start:start + batch_size])])
+        max_len = min(2 * src.shape[1] + 10, model.config.max_positions)  # code is ~1.2x its pseudocode
+        outputs += tokenizer.decode(model.generate(src.to(device), max_len=max_len, sample=sample))
+    return outputs
+
+
+def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None):
+    """Train with AdamW and label smoothing, validate after every epoch, keep the best epoch
+    (lowest validation loss) in out_dir/model.pt, and stop after `args.patience` epochs
+    without improvement. train_pairs_for_epoch(epoch) gives that epoch's (src, tgt) id pairs
+    (the denoiser corrupts afresh each epoch). trainable(epoch) may name the parameters to
+    train (BART-style fine-tuning freezes the decoder first). With args.resume, continue
+    from out_dir/last.pt. `extra` is stored in every checkpoint (tokenizer bytes, ...)."""
+    device = pick_device(args.device)
+    model.to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay)
+    warmup = lambda step: min(1.0, (step + 1) / max(1, args.warmup_steps))  # noqa: E731
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup)
+    state = {"epoch": 0, "best_loss": float("inf"), "best_epoch": 0, "history": []}
+    last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
+    if args.resume and os.path.exists(last_path):
+        last = load_checkpoint(last_path, needs=("model", "optimizer", "scheduler", "state", "rng"))
+        model.load_state_dict(last["model"])
+        optimizer.load_state_dict(last["optimizer"])
+        scheduler.load_state_dict(last["scheduler"])
+        state = last["state"]
+        torch.set_rng_state(last["rng"]["torch"])
+        print(f"resumed from {last_path} after epoch {state['epoch']}", file=sys.stderr)
+
+    def checkpoint(**more):
+        return {"config": asdict(model.config), "model": model.state_dict(), "args": vars(args), **extra, **more}
+
+    while state["epoch"] < args.epochs and state["epoch"] - state["best_epoch"] < args.patience:
+        epoch = state["epoch"] + 1
+        train_loss = train_one_epoch(model, train_pairs_for_epoch(epoch), optimizer, scheduler, args, device,
+                                     trainable(epoch) if trainable else None, f"epoch {epoch}/{args.epochs}")
+        val_loss = validation_loss(model, val_pairs, args.batch_size, device)
+        state["epoch"] = epoch
+        state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss})
+        improved = val_loss < state["best_loss"]
+        if improved:
+            state["best_loss"], state["best_epoch"] = val_loss, epoch
+            save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=epoch))
+        notes = on_epoch(model, epoch) if on_epoch else ""
+        print(f"epoch {epoch}: train loss {train_loss:.4f}, val loss {val_loss:.4f}"
+              f"{' (best)' if improved else ''}{notes}", file=sys.stderr, flush=True)
+        save_checkpoint(last_path, checkpoint(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
+                                              state=state, rng={"torch": torch.get_rng_state()}))
+    return state
+
+
+def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable, what) -> float:
+    model.train()
+    if trainable is not None:  # freeze the rest for this epoch
+        names = set(trainable)
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(name in names)
+    rng = random.Random(f"{args.seed}-{what}")
+    n_batches = -(-len(pairs) // args.batch_size)
+    meter = Progress(n_batches, what, every_seconds=30)
+    total, tokens, start = 0.0, 0, time.time()
+    for src, tgt_in, tgt_out in batches(pairs, args.batch_size, rng):
+        src, tgt_in, tgt_out = src.to(device), tgt_in.to(device), tgt_out.to(device)
+        loss = sequence_loss(model(src, tgt_in), tgt_out, args.label_smoothing)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
+        optimizer.step()
+        scheduler.step()
+        n = int((tgt_out != PAD_ID).sum())
+        total, tokens = total + loss.item() * n, tokens + n
+        meter.step(extra=f"loss {total / tokens:.3f}, {tokens / (time.time() - start):.0f} tok/s")
+    for parameter in model.parameters():
+        parameter.requires_grad_(True)
+    return total / tokens
 
 
 # ============================================================================
@@ -476,9 +717,12 @@ def run_programs(programs: list[str], stdins: list[str], progress: str | None = 
         builds = _build_unit(unit, workdir)
         for program in unit:
             for stdin in inputs_of[program]:
-                results[program, stdin] = _run(builds[program], stdin, _fresh_dir(workdir))
+                rundir = _fresh_dir(workdir)
+                results[program, stdin] = _run(builds[program], stdin, rundir)
+                shutil.rmtree(rundir)
                 if meter:
                     meter.step()
+        shutil.rmtree(workdir)  # binaries are large (static): free the disk as we go
 
     with tempfile.TemporaryDirectory(prefix="judge-") as workdir, ThreadPoolExecutor(jobs) as pool:
         list(pool.map(build_and_run, units, [os.path.join(workdir, f"unit{i}") for i in range(len(units))]))
@@ -697,22 +941,24 @@ class Progress:
 
     def __init__(self, total: int, what: str, every_seconds: float = 5.0):
         self.total, self.what, self.every = total, what, every_seconds
-        self.done, self.start, self.last_print = 0, time.time(), 0.0
+        self.done, self.start = 0, time.time()
+        self.last_print = self.start  # the first line waits for a rate worth an ETA
         self.lock = threading.Lock()  # steps may come from several threads
 
-    def step(self, n: int = 1):
+    def step(self, n: int = 1, extra: str = ""):
         with self.lock:
             self.done += n
             now = time.time()
             if now - self.last_print >= self.every or self.done == self.total:
                 self.last_print = now
-                print(self.line(now), file=sys.stderr, flush=True)
+                print(self.line(now, extra), file=sys.stderr, flush=True)
 
-    def line(self, now: float) -> str:
+    def line(self, now: float, extra: str = "") -> str:
         elapsed = max(now - self.start, 1e-9)
         rate = self.done / elapsed
         eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-        return f"{self.what}: {self.done}/{self.total} ({rate:.1f}/s, elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)})"
+        return (f"{self.what}: {self.done}/{self.total} ({rate:.1f}/s, {extra + ', ' if extra else ''}"
+                f"elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)})")
 
 
 def format_seconds(seconds: float) -> str:

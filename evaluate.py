@@ -1,42 +1,45 @@
-"""Judge predicted programs the way the paper does: the share that compiles, and the share that
-prints the gold output on the test's input (accuracy).
+"""Judge programs the way the paper does: the share that compiles, and the share that prints the
+gold output on the test's input (accuracy).
 
+    python evaluate.py runs/standard/model.pt --splits test,ood                 # decode greedily, judge
+    python evaluate.py runs/standard/model.pt --denoiser runs/denoiser/model.pt # Pi(f(x)): test-time denoiser
+    python evaluate.py --table runs/*/                                           # our numbers beside the paper's
     python evaluate.py --predictions preds.txt --data data/sanstype --split test [--json summary.json]
 
-`preds.txt` holds one program per line, in the SansType code format and in the order of the
-split's `.inp`/`.out` files. One JSON verdict per program goes to `preds.txt.verdicts.jsonl`:
-correct, wrong_output, compile_error (with the compiler's first error), runtime_error, timeout.
+A model's verdicts go beside it, one JSON line per program (`eval_<split>[_denoised].jsonl`), with
+a summary (`eval_<split>[_denoised].json`). For --predictions (one program per line, in the order
+of the split's `.inp`/`.out`), they go to `preds.txt.verdicts.jsonl`. Verdicts: correct,
+wrong_output, compile_error (with the compiler's first error), runtime_error, timeout.
 """
 import argparse
+import glob
 import json
 import os
 import sys
 
 import common
 
+# The paper's SansType numbers (compiled %, accuracy %), from Tables 1-4, keyed by
+# (method, layers of encoder + decoder, test-time denoiser, split).
+PAPER = {
+    ("baseline", 6, False, "test"): (48.6, 36.6), ("baseline", 6, False, "ood"): (37.2, 14.2),
+    ("baseline", 6, True, "test"): (76.4, 58.4), ("baseline", 6, True, "ood"): (64.8, 29.0),
+    ("baseline", 12, False, "test"): (58.6, 41.6), ("baseline", 12, False, "ood"): (48.2, 22.4),
+    ("standard", 6, False, "test"): (86.8, 79.8), ("standard", 6, False, "ood"): (65.0, 42.4),
+    ("standard", 6, True, "test"): (87.3, 80.4), ("standard", 6, True, "ood"): (76.2, 49.8),
+    ("standard", 12, False, "test"): (87.0, 79.8), ("standard", 12, False, "ood"): (74.0, 58.4),
+    ("standard", 12, True, "test"): (None, 81.2),
+    ("bart", 6, False, "test"): (89.4, 83.2), ("bart", 6, True, "test"): (90.0, 83.6),
+    ("bart", 12, False, "test"): (87.8, 81.2),
+}
 
-def read_lines(path: str) -> list[str]:
-    """The lines of a SansType file; a final newline does not make an extra empty line."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    lines = text.split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
 
-
-def load_predictions_and_split(predictions: str, data: str, split: str):
-    """(programs, stdins, gold outputs); ValueError with a one-line reason on bad input."""
-    paths = {"predictions": predictions, "inputs": os.path.join(data, f"{split}.inp"),
-             "outputs": os.path.join(data, f"{split}.out")}
-    for what, path in paths.items():
-        if not os.path.isfile(path):
-            raise ValueError(f"missing {what} file: {path}")
-    programs, stdins, expected = (read_lines(path) for path in paths.values())
-    if not programs:
-        raise ValueError(f"empty predictions file: {predictions}")
-    if not len(programs) == len(stdins) == len(expected):
-        raise ValueError(f"line counts differ: {len(programs)} predictions, {len(stdins)} lines in "
-                         f"{paths['inputs']}, {len(expected)} in {paths['outputs']}")
-    return programs, stdins, expected
+def load_split(data: str, split: str) -> tuple[list[str], list[str]]:
+    stdins = common.read_lines(os.path.join(data, f"{split}.inp"))
+    expected = common.read_lines(os.path.join(data, f"{split}.out"))
+    if len(stdins) != len(expected):
+        raise common.UsageError(f"line counts differ: {len(stdins)} in {data}/{split}.inp, {len(expected)} in .out")
+    return stdins, expected
 
 
 def summarize(verdicts: list[dict]) -> dict:
@@ -48,30 +51,24 @@ def summarize(verdicts: list[dict]) -> dict:
 
 
 def write_jsonl(path: str, rows: list[dict]):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    with open(path + ".tmp", "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
-    os.replace(tmp, path)
+    os.replace(path + ".tmp", path)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--predictions", required=True, help="one predicted program per line")
-    parser.add_argument("--data", default="data/sanstype", help="folder of the split's .inp/.out files")
-    parser.add_argument("--split", default="test", help="test, ood, val or train")
-    parser.add_argument("--json", help="also write {n, compiled, accuracy} (fractions) here")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cores to judge on")
-    args = parser.parse_args(argv)
-    try:
-        programs, stdins, expected = load_predictions_and_split(args.predictions, args.data, args.split)
-    except (ValueError, UnicodeDecodeError) as error:
-        parser.exit(2, f"evaluate.py: error: {error}\n")
-
-    try:
-        verdicts = common.judge_programs(programs, stdins, expected, progress=f"{args.split} programs", jobs=args.jobs)
-    except RuntimeError as error:  # no g++, or the sandbox could not start
-        parser.exit(2, f"evaluate.py: error: {error}\n")
+def judge_predictions(args):
+    """--predictions mode: judge a file of programs against a split."""
+    if not os.path.isfile(args.predictions):
+        raise common.UsageError(f"missing predictions file: {args.predictions}")
+    programs = common.read_lines(args.predictions)
+    stdins, expected = load_split(args.data, args.split)
+    if not programs:
+        raise common.UsageError(f"empty predictions file: {args.predictions}")
+    if len(programs) != len(stdins):
+        raise common.UsageError(f"line counts differ: {len(programs)} predictions, {len(stdins)} lines in "
+                                f"{args.data}/{args.split}.inp and .out")
+    verdicts = common.judge_programs(programs, stdins, expected, progress=f"{args.split} programs")
     write_jsonl(args.predictions + ".verdicts.jsonl", [{"line": i + 1, **v} for i, v in enumerate(verdicts)])
     summary = summarize(verdicts)
     if args.json:
@@ -79,6 +76,86 @@ def main(argv=None):
             json.dump(summary, f)
     print(f"{args.split}: n={summary['n']}  compiled {100 * summary['compiled']:.1f}%  "
           f"accuracy {100 * summary['accuracy']:.1f}%")
+
+
+def evaluate_model(args):
+    """Model mode: decode every split greedily, optionally denoise, judge, write, print."""
+    checkpoint = common.load_checkpoint(args.model)
+    spm = common.read_tokenizer_bytes(args.data)
+    common.check_same_tokenizer(checkpoint["spm"], spm, args.model, f"{args.data}/spm.model")
+    tokenizer = common.load_tokenizer(spm)
+    device = common.pick_device(args.device)
+    model = common.model_from_checkpoint(checkpoint).to(device)
+    denoiser = None
+    if args.denoiser:
+        denoiser_checkpoint = common.load_checkpoint(args.denoiser)
+        common.check_same_tokenizer(denoiser_checkpoint["spm"], spm, args.denoiser, f"{args.data}/spm.model")
+        denoiser = common.model_from_checkpoint(denoiser_checkpoint).to(device)
+    method = checkpoint.get("method", "?")
+    layers = model.config.encoder_layers + model.config.decoder_layers
+
+    for split in args.splits.split(","):
+        sources = common.read_lines(os.path.join(args.data, f"{split}.src"))
+        stdins, expected = load_split(args.data, split)
+        base = common.translate(model, tokenizer, sources, args.batch_size)
+        programs = common.translate(denoiser, tokenizer, base, args.batch_size) if denoiser else base  # Pi(f(x))
+        verdicts = common.judge_programs(programs, stdins, expected, progress=f"{split} programs")
+        name = f"eval_{split}{'_denoised' if denoiser else ''}"
+        rows = [{"line": i + 1, "prediction": p, **({"base": b} if denoiser else {}), **v}
+                for i, (p, b, v) in enumerate(zip(programs, base, verdicts))]
+        write_jsonl(os.path.join(os.path.dirname(args.model), name + ".jsonl"), rows)
+        summary = dict(summarize(verdicts), method=method, layers=layers, denoised=bool(denoiser), split=split,
+                       model=args.model, denoiser=args.denoiser)
+        with open(os.path.join(os.path.dirname(args.model), name + ".json"), "w") as f:
+            json.dump(summary, f, indent=1)
+        print(table_row(summary))
+
+
+def table_row(s: dict) -> str:
+    paper = PAPER.get((s["method"], s["layers"], s["denoised"], s["split"]), (None, None))
+    show = lambda x: "  -  " if x is None else f"{x:5.1f}"  # noqa: E731
+    return (f"{s['method']:<10} {s['layers']:>6} {'Y' if s['denoised'] else 'N':>9} {s['split']:<5} "
+            f"{100 * s['compiled']:8.1f} {100 * s['accuracy']:8.1f}   {show(paper[0])} {show(paper[1])}")
+
+
+def print_table(folders: list[str]):
+    summaries = []
+    for folder in folders:
+        for path in sorted(glob.glob(os.path.join(folder, "eval_*.json"))):
+            with open(path) as f:
+                summaries.append(json.load(f))
+    if not summaries:
+        raise common.UsageError(f"no eval_*.json in {' '.join(folders)}: run evaluate.py on a model first")
+    print(f"{'method':<10} {'layers':>6} {'denoiser':>9} {'split':<5} {'compiled':>8} {'accuracy':>8}   "
+          f"paper: compiled accuracy")
+    for s in sorted(summaries, key=lambda s: (s["split"] != "test", s["split"], s["method"], s["layers"], s["denoised"])):
+        print(table_row(s))
+
+
+def main(argv=None):
+    parser = common.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", nargs="?", help="a predictor checkpoint (runs/<name>/model.pt)")
+    parser.add_argument("--denoiser", help="apply this denoiser to the predictions: Pi(f(x))")
+    parser.add_argument("--splits", default="test,ood")
+    parser.add_argument("--table", nargs="+", metavar="RUN_DIR", help="print the results found in these folders")
+    parser.add_argument("--predictions", help="judge this file of programs instead of a model's")
+    parser.add_argument("--split", default="test", help="with --predictions: the split they answer")
+    parser.add_argument("--json", help="with --predictions: also write {n, compiled, accuracy} here")
+    parser.add_argument("--data", default="data/sanstype")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device")
+    args = parser.parse_args(argv)
+    if sum(map(bool, (args.model, args.table, args.predictions))) != 1:
+        parser.error("give one of: a model checkpoint, --table RUN_DIR..., --predictions FILE")
+    try:
+        if args.table:
+            print_table(args.table)
+        elif args.predictions:
+            judge_predictions(args)
+        else:
+            evaluate_model(args)
+    except (common.UsageError, UnicodeDecodeError, RuntimeError) as error:  # RuntimeError: no g++, or no sandbox
+        common.exit_with_usage_error("evaluate.py", error)
 
 
 if __name__ == "__main__":

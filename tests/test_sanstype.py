@@ -1,0 +1,190 @@
+"""make_sanstype.py end to end on a tiny dataset, and the tokenizer it trains (common.py section 1).
+
+tests/fixtures/released_train_head.* are the first 50 programs of the released SansType train split
+(MIT License, Copyright (c) 2020 Michael Xie: see tests/fixtures/LICENSE).
+"""
+import os
+import random
+import re
+import subprocess
+import sys
+
+import pytest
+
+import common
+import make_sanstype
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tests", "fixtures")
+TINY = ["--num-labeled", "30", "--num-unlabeled", "100", "--num-eval", "20", "--vocab-size", "200", "--seed", "1"]
+SPLITS = ["train", "val", "test", "ood"]
+FILES = [f"{s}.{e}" for s in SPLITS for e in ("src", "tgt", "inp", "out")] + ["unlabeled.tgt", "spm.model"]
+
+
+def read_lines(path):
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    assert text.endswith("\n")
+    return text.split("\n")[:-1]
+
+
+def run_script(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "make_sanstype.py"), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def statement_shapes(lines):
+    """Every statement of every line, with variables and values replaced by placeholders."""
+    shapes = set()
+    for line in lines:
+        for statement in line.split(" $ "):
+            statement = re.sub(r"var_\d", "V", statement.strip())
+            statement = re.sub(r'"str_\d"', "S", statement)
+            statement = re.sub(r"\b\d+\b", "N", statement)
+            shapes.add(re.sub(r"\b(true|false)\b", "B", statement))
+    return shapes - {""}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """The tiny dataset made twice with one seed: by the command line, and by main() in this process."""
+    by_cli, in_process = tmp_path_factory.mktemp("cli"), tmp_path_factory.mktemp("main")
+    result = run_script("--out", str(by_cli), "--judge-unlabeled", *TINY)
+    assert result.returncode == 0, result.stderr
+    make_sanstype.main(["--out", str(in_process), *TINY])
+    return by_cli, in_process, result.stderr
+
+
+def test_same_seed_same_bytes(dataset):
+    by_cli, in_process, _ = dataset
+    assert sorted(os.listdir(by_cli)) == sorted(FILES)
+    for name in FILES:
+        assert (by_cli / name).read_bytes() == (in_process / name).read_bytes(), name
+
+
+def test_other_seed_other_programs():
+    assert make_sanstype.make_split("train", 20, 1, make_sanstype.IN_DISTRIBUTION) != \
+           make_sanstype.make_split("train", 20, 2, make_sanstype.IN_DISTRIBUTION)
+
+
+def test_progress_lines_while_judging(dataset):
+    stderr = dataset[2]
+    # train+val+test+ood and, with --judge-unlabeled, the unlabeled programs too (a repeat is judged once)
+    assert re.search(r"judging gold programs: \d+/\d+ .*ETA", stderr)
+    assert re.search(r"judging gold programs: (\d+)/\1 ", stderr)
+    assert int(re.search(r"judging gold programs: (\d+)/\1 ", stderr).group(1)) > 180
+
+
+def test_files_line_up(dataset):
+    out = dataset[0]
+    for split, size in zip(SPLITS, [30, 20, 20, 20]):
+        columns = [read_lines(out / f"{split}.{ext}") for ext in ("src", "tgt", "inp", "out")]
+        assert [len(c) for c in columns] == [size] * 4, split
+        for src, tgt, inp in zip(*columns[:3]):
+            assert src.startswith(" $ ") and src.endswith(";  $ ")
+            assert tgt.startswith("int main () { $ ") and tgt.endswith(" $ return 0; }")
+            # one .src statement per .tgt statement, one stdin value per cin
+            assert src.count(" $ ") == tgt.count(" $ ")
+            assert len(inp.split("\t")) == tgt.count("cin >>") or (inp == "" and "cin" not in tgt)
+    assert len(read_lines(out / "unlabeled.tgt")) == 100
+
+
+def test_every_gold_program_prints_its_out(dataset):
+    out = dataset[0]
+    programs, stdins, expected = [], [], []
+    for split in SPLITS:
+        programs += read_lines(out / f"{split}.tgt")
+        stdins += read_lines(out / f"{split}.inp")
+        expected += read_lines(out / f"{split}.out")
+    results = common.run_programs(programs, stdins, cache=False)
+    assert [r.status for r in results] == ["ok"] * len(programs)
+    assert [r.stdout.strip() for r in results] == expected
+    assert all(expected)  # every program prints its variables
+
+
+def test_pseudocode_never_names_a_type(dataset):
+    lines = sum((read_lines(dataset[0] / f"{split}.src") for split in SPLITS), [])
+    lines += make_sanstype.make_split("train", 2000, 0, make_sanstype.IN_DISTRIBUTION)[0]
+    lines += make_sanstype.make_split("ood", 2000, 0, make_sanstype.OUT_OF_DISTRIBUTION)[0]
+    assert not [line for line in lines if re.search(r"\b(int|string|bool)\b", line)]
+    # while the code always does, and `set V to ...` both declares and updates
+    code = make_sanstype.make_split("train", 2000, 0, make_sanstype.IN_DISTRIBUTION)[1]
+    assert {"int V = N ;", "string V ; V = S ;", "V = N ;", "V = S ;"} <= statement_shapes(code)
+
+
+def test_ood_pseudocode_shares_no_statement_with_training(dataset):
+    out = dataset[0]
+    train = statement_shapes(read_lines(out / "train.src"))
+    ood = statement_shapes(read_lines(out / "ood.src"))
+    assert train and ood and not train & ood
+    # with a sample big enough to hold every template, in both directions
+    train = statement_shapes(make_sanstype.make_split("train", 3000, 0, make_sanstype.IN_DISTRIBUTION)[0])
+    ood = statement_shapes(make_sanstype.make_split("ood", 3000, 0, make_sanstype.OUT_OF_DISTRIBUTION)[0])
+    assert len(train) > 40 and len(ood) > 40
+    assert not train & ood
+    assert not statement_shapes(read_lines(out / "test.src")) - train  # test is in distribution
+
+
+def test_in_distribution_covers_the_released_data():
+    """Every statement of the released programs, in code and in pseudocode, is one we generate too."""
+    src, tgt, _ = make_sanstype.make_split("train", 3000, 0, make_sanstype.IN_DISTRIBUTION)
+    assert not statement_shapes(read_lines(os.path.join(DATA, "released_train_head.src"))) - statement_shapes(src)
+    assert not statement_shapes(read_lines(os.path.join(DATA, "released_train_head.tgt"))) - statement_shapes(tgt)
+
+
+def test_tokenizer_keeps_structure_in_one_piece(dataset):
+    out = dataset[0]
+    sp = common.load_tokenizer((out / "spm.model").read_bytes())
+    assert sp.get_piece_size() == 200
+    assert (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()) == (common.PAD_ID, common.UNK_ID,
+                                                                   common.BOS_ID, common.EOS_ID)
+    code = read_lines(out / "train.tgt") + read_lines(out / "unlabeled.tgt") + read_lines(out / "ood.tgt")
+    for line in code:
+        pieces = sp.encode(line, out_type=str)
+        assert sp.decode(sp.encode(line)) == line  # code survives the round trip exactly
+        assert pieces.count("▁$") == line.split(" ").count("$")
+        assert pieces.count("▁~") == line.split(" ").count("~")
+    assert any("~" in line for line in code)
+    for line in read_lines(out / "train.src") + read_lines(out / "ood.src"):
+        pieces = sp.encode(line, out_type=str)
+        assert sp.unk_id() not in sp.encode(line)
+        assert pieces.count("▁TAB") == line.split(" ").count("TAB")
+
+
+def test_train_tokenizer_is_deterministic():
+    lines = read_lines(os.path.join(DATA, "released_train_head.src"))
+    lines += read_lines(os.path.join(DATA, "released_train_head.tgt"))
+    random.Random(0).shuffle(lines)
+    assert common.train_tokenizer(lines, 150) == common.train_tokenizer(lines, 150)
+
+
+def test_a_broken_gold_program_stops_with_its_name(tmp_path, monkeypatch):
+    make_split = make_sanstype.make_split
+
+    def make_split_with_a_bug(name, size, seed, templates):
+        src, tgt, inp = make_split(name, size, seed, templates)
+        if name == "test":
+            tgt[1] = tgt[1].replace("cout <<", "cout >>", 1)
+        return src, tgt, inp
+
+    monkeypatch.setattr(make_sanstype, "make_split", make_split_with_a_bug)
+    with pytest.raises(SystemExit) as stop:
+        make_sanstype.main(["--out", str(tmp_path / "data"), "--num-labeled", "3", "--num-unlabeled", "3",
+                            "--num-eval", "2", "--vocab-size", "80"])
+    message = str(stop.value.code)
+    broken = make_split_with_a_bug("test", 2, 0, make_sanstype.IN_DISTRIBUTION)[1][1]
+    assert "test.tgt line 2" in message and "compile_error" in message and "operator>>" in message
+    assert broken in message
+    assert not (tmp_path / "data").exists()  # nothing half-written
+
+
+@pytest.mark.parametrize("flags", [["--num-labeled", "0"], ["--num-eval", "-5"], ["--num-unlabeled", "x"],
+                                   ["--num-labeled", "2", "--num-unlabeled", "2", "--num-eval", "1",
+                                    "--vocab-size", "10"]])
+def test_bad_flags_exit_2_with_one_error_line(flags, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        make_sanstype.main(["--out", str(tmp_path / "data"), *flags])
+    assert stop.value.code == 2
+    stderr = capsys.readouterr().err.splitlines()  # argparse's usage, then the one error line
+    assert [line for line in stderr if "error:" in line] == stderr[-1:]
+    assert not (tmp_path / "data").exists()

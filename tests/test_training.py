@@ -1,0 +1,139 @@
+"""The training scripts on a tiny dataset: they learn, resume after kill -9, refuse bad input,
+and evaluate.py decodes, denoises and judges their models."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import common
+import make_sanstype
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def script(name, *args, cwd=None):
+    return subprocess.run([sys.executable, os.path.join(ROOT, name), *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sanstype")
+    make_sanstype.main(["--out", str(out), "--num-labeled", "40", "--num-unlabeled", "60", "--num-eval", "8",
+                        "--vocab-size", "150", "--seed", "3"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def denoiser(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("denoiser")
+    result = script("train_denoiser.py", "--preset", "smoke", "--data", data, "--out", out, "--epochs", "3",
+                    "--patience", "9", "--repair-programs", "4")
+    assert result.returncode == 0, result.stderr
+    return out / "model.pt", result.stderr
+
+
+def epoch_losses(log):
+    return [float(line.split("train loss ")[1].split(",")[0]) for line in log.splitlines() if " train loss " in line]
+
+
+def test_denoiser_learns_and_its_checkpoint_stands_alone(denoiser):
+    path, log = denoiser
+    losses = epoch_losses(log)
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    assert "% compile" in log and "ETA" in log
+    checkpoint = common.load_checkpoint(str(path))
+    assert checkpoint["role"] == "denoiser" and checkpoint["best_val_loss"] > 0
+    model = common.model_from_checkpoint(checkpoint)  # needs nothing but the file
+    tokenizer = common.load_tokenizer(checkpoint["spm"])
+    assert model.config.vocab_size == tokenizer.get_piece_size() == 150
+
+
+@pytest.mark.parametrize("method", ["baseline", "standard", "bart"])
+def test_finetune_methods_learn(data, denoiser, tmp_path, method):
+    result = script("finetune.py", "--method", method, "--preset", "smoke", "--data", data, "--denoiser",
+                    denoiser[0], "--out", tmp_path, "--epochs", "3", "--patience", "9", "--frozen-epochs", "2")
+    assert result.returncode == 0, result.stderr
+    losses = epoch_losses(result.stderr)
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    trained = common.load_checkpoint(str(tmp_path / "model.pt"))
+    if method == "bart":  # the decoder did not move while it was frozen, then it did
+        start = common.load_checkpoint(str(denoiser[0]))["model"]
+        assert not torch.equal(trained["model"]["decoder.0.ffn.fc1.weight"], start["decoder.0.ffn.fc1.weight"])
+
+
+def test_bart_freezes_the_decoder_first(data, denoiser, tmp_path):
+    result = script("finetune.py", "--method", "bart", "--preset", "smoke", "--data", data, "--denoiser",
+                    denoiser[0], "--out", tmp_path, "--epochs", "1", "--frozen-epochs", "1")
+    assert result.returncode == 0, result.stderr
+    start = common.load_checkpoint(str(denoiser[0]))["model"]
+    trained = common.load_checkpoint(str(tmp_path / "model.pt"))["model"]
+    changed = {name for name in start if not torch.equal(start[name], trained[name])}
+    assert changed and all(name.startswith("encoder.") for name in changed)
+
+
+def test_resume_after_kill_9_loses_at_most_an_epoch(data, tmp_path):
+    args = [sys.executable, os.path.join(ROOT, "finetune.py"), "--method", "baseline", "--preset", "smoke",
+            "--data", str(data), "--out", str(tmp_path), "--epochs", "6", "--patience", "9"]
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 120
+    while not (tmp_path / "last.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # somewhere inside the next epoch
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = common.load_checkpoint(str(tmp_path / "last.pt"), needs=("state",))["state"]["epoch"]
+    assert 1 <= done < 6
+    resumed = subprocess.run(args + ["--resume"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from {tmp_path / 'last.pt'} after epoch {done}" in resumed.stderr
+    assert len(epoch_losses(resumed.stderr)) == 6 - done
+    state = common.load_checkpoint(str(tmp_path / "last.pt"), needs=("state",))["state"]
+    assert [h["epoch"] for h in state["history"]] == [1, 2, 3, 4, 5, 6]
+    assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]
+
+
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(data, denoiser, tmp_path):
+    other = tmp_path / "other"
+    make_sanstype.main(["--out", str(other), "--num-labeled", "20", "--num-unlabeled", "20", "--num-eval", "4",
+                        "--vocab-size", "120", "--seed", "4"])
+    not_a_checkpoint = tmp_path / "junk.pt"
+    not_a_checkpoint.write_text("hello")
+    out = tmp_path / "out"
+    cases = [
+        (("finetune.py", "--method", "baseline", "--data", tmp_path / "nowhere"), "spm.model"),
+        (("finetune.py", "--method", "standard", "--data", data, "--denoiser", not_a_checkpoint), "not a checkpoint"),
+        (("finetune.py", "--method", "standard", "--data", other, "--denoiser", denoiser[0]), "different tokenizers"),
+        (("finetune.py", "--method", "magic", "--data", data), "invalid choice"),
+        (("train_denoiser.py", "--data", tmp_path / "nowhere"), "spm.model"),
+        (("evaluate.py", not_a_checkpoint, "--data", data), "not a checkpoint"),
+    ]
+    for args, message in cases:
+        result = script(*args, "--out", out) if args[0] != "evaluate.py" else script(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, (args, result.stderr)
+    assert not out.exists()
+
+
+def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser, tmp_path):
+    result = script("finetune.py", "--method", "standard", "--preset", "smoke", "--data", data, "--denoiser",
+                    denoiser[0], "--out", tmp_path, "--epochs", "1")
+    assert result.returncode == 0, result.stderr
+    for extra in ([], ["--denoiser", denoiser[0]]):
+        result = script("evaluate.py", tmp_path / "model.pt", "--data", data, "--splits", "test", *extra)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("standard")
+    for name in ("eval_test", "eval_test_denoised"):
+        summary = json.load(open(tmp_path / f"{name}.json"))
+        rows = [json.loads(line) for line in open(tmp_path / f"{name}.jsonl")]
+        assert summary["n"] == len(rows) == 8 and 0 <= summary["accuracy"] <= summary["compiled"] <= 1
+        assert all(row["verdict"] in ("correct", "wrong_output", "compile_error", "runtime_error", "timeout")
+                   for row in rows)
+    assert "base" in rows[0]  # the denoised rows keep the base predictor's output too
+    table = script("evaluate.py", "--table", tmp_path)
+    assert table.returncode == 0 and len(table.stdout.strip().splitlines()) == 3

@@ -1,0 +1,96 @@
+"""Pre-train the denoiser Pi: a Transformer that maps corrupted code back to the valid program.
+
+    python train_denoiser.py                                  # cpu preset: data/sanstype -> runs/denoiser/model.pt
+    python train_denoiser.py --corruption random --out runs/denoiser_random   # Table 5's random deletions
+    python train_denoiser.py --preset paper                   # the paper's sizes and 50 epochs, for a GPU
+    python train_denoiser.py --resume                         # continue after an interrupt
+
+Pi learns only from outputs: the unlabeled programs plus the labeled training code (code without
+its pseudocode is unlabeled output data too). Every epoch corrupts them afresh; early stopping uses
+a fixed corrupted copy of val.tgt, on which it also reports, every --repair-every epochs, how many
+repairs are exact and how many compile.
+"""
+import argparse
+import os
+import random
+import sys
+
+import common
+
+# Training presets; the model sizes come from common.MODEL_PRESETS under the same name.
+PRESETS = {
+    "paper": dict(epochs=50, batch_size=32, lr=5e-4, warmup_steps=4000, patience=10, max_programs=0),
+    "cpu": dict(epochs=3, batch_size=32, lr=1e-3, warmup_steps=300, patience=3, max_programs=0),
+    "smoke": dict(epochs=2, batch_size=8, lr=1e-3, warmup_steps=5, patience=2, max_programs=64),
+}
+CORRUPTIONS = {
+    "code": lambda code, rng, args: common.corrupt_code(code, rng, args.num_corruptions),
+    "random": lambda code, rng, args: common.delete_random_words(code, rng, args.deletion_probability),
+}
+
+
+def parse_args(argv=None):
+    parser = common.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="data/sanstype")
+    parser.add_argument("--out", default="runs/denoiser")
+    parser.add_argument("--corruption", choices=sorted(CORRUPTIONS), default="code",
+                        help="code: Appendix C's type and arrow edits; random: drop each token (Section 6.2.4)")
+    parser.add_argument("--num-corruptions", type=int, default=1, help="code edits per program")
+    parser.add_argument("--deletion-probability", type=float, default=0.15)
+    parser.add_argument("--max-programs", type=int, help="use only this many training programs (0: all)")
+    parser.add_argument("--repair-every", type=int, default=1, help="judge val repairs every N epochs (0: never)")
+    parser.add_argument("--repair-programs", type=int, default=100, help="how many val programs to repair")
+    common.add_training_args(parser)
+    return common.resolve_preset(parser.parse_args(argv), PRESETS)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        train(args)
+    except common.UsageError as error:
+        common.exit_with_usage_error("train_denoiser.py", error)
+    except KeyboardInterrupt:
+        sys.exit("interrupted: run again with --resume to continue from the last epoch")
+
+
+def train(args):
+    spm = common.read_tokenizer_bytes(args.data)
+    tokenizer = common.load_tokenizer(spm)
+    programs = common.read_lines(os.path.join(args.data, "unlabeled.tgt")) + \
+        common.read_lines(os.path.join(args.data, "train.tgt"))
+    programs = programs[:args.max_programs] if args.max_programs else programs
+    val = common.read_lines(os.path.join(args.data, "val.tgt"))
+    if not programs or not val:
+        raise common.UsageError(f"no programs to train or validate on in {args.data}")
+    corrupt = CORRUPTIONS[args.corruption]
+
+    clean_ids = tokenizer.encode(programs)
+    val_rng = random.Random(f"{args.seed}-val")  # the same corrupted val set every epoch and every run
+    val_noisy = [corrupt(code, val_rng, args) for code in val]
+    val_pairs = list(zip(tokenizer.encode(val_noisy), tokenizer.encode(val)))
+
+    def train_pairs(epoch):
+        rng = random.Random(f"{args.seed}-epoch{epoch}")
+        return list(zip(tokenizer.encode([corrupt(code, rng, args) for code in programs]), clean_ids))
+
+    def report_repairs(model, epoch):
+        if not args.repair_every or epoch % args.repair_every:
+            return ""
+        noisy, clean = val_noisy[:args.repair_programs], val[:args.repair_programs]
+        repaired = common.translate(model, tokenizer, noisy, args.batch_size)
+        exact = sum(r == c for r, c in zip(repaired, clean)) / len(clean)
+        results = common.run_programs(repaired, [""] * len(repaired))
+        compiled = sum(r.status != "compile_error" for r in results) / len(results)
+        return f", repairs of {len(clean)} val programs: {100 * exact:.1f}% exact, {100 * compiled:.1f}% compile"
+
+    model = common.Transformer(common.config_from_args(args, tokenizer.get_piece_size()))
+    print(f"denoiser: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
+          f"{len(programs)} programs, {args.corruption} corruption, preset {args.preset}", file=sys.stderr)
+    extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption}
+    state = common.fit(model, train_pairs, val_pairs, args, args.out, extra, on_epoch=report_repairs)
+    print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}) -> {os.path.join(args.out, 'model.pt')}")
+
+
+if __name__ == "__main__":
+    main()
