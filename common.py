@@ -1,14 +1,15 @@
 """Shared pieces of composed-finetuning: everything the scripts have in common.
 
 Table of contents
-  1. Tokenizer      sentencepiece BPE over the joined pseudocode/code vocabulary
-  2. Transformer    (issue 4)
-  3. U-Net          the image denoiser of the font experiment (fonts.py)
-  4. Corruptions    code-based and random-deletion noise for denoiser pre-training
-  5. Losses         (issues 4, 5)
-  6. Checkpoints    self-contained model files, batches, and the training loop
-  7. Judge          compile and run SansType programs, safely and in batches
-  8. Progress lines
+  1. Tokenizer and data files   sentencepiece BPE over the joined pseudocode/code vocabulary
+  2. Transformer                the encoder-decoder of the SansType experiments, with cached decoding
+  3. U-Net                      the image denoiser of the font experiment (fonts.py)
+  4. Corruptions                code-based and random-deletion noise for denoiser pre-training
+  5. Losses                     sequence cross entropy
+  6. Checkpoints                self-contained model files
+  7. Training loop              presets, batches, early stopping, resume
+  8. Judge                      compile and run SansType programs, safely and in batches
+  9. Command-line plumbing      one-line errors and progress lines with an ETA
 """
 
 import argparse
@@ -24,21 +25,20 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+import io
 import random
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+import sentencepiece
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 
 # ============================================================================
-# 1. Tokenizer
+# 1. Tokenizer and data files
 # ============================================================================
-import io
-
-import sentencepiece
 
 # Pseudocode and code share one vocabulary. Id 0 is padding; the rest are sentencepiece's usual specials.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -65,6 +65,30 @@ def load_tokenizer(model_bytes):
     """A SentencePieceProcessor from model bytes (as stored in spm.model and in every checkpoint)."""
     return sentencepiece.SentencePieceProcessor(model_proto=model_bytes)
 
+
+def read_lines(path: str) -> list[str]:
+    """The lines of a SansType file; a final newline does not make an extra empty line."""
+    if not os.path.isfile(path):
+        raise UsageError(f"missing file: {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text") from None
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def read_tokenizer_bytes(data_dir: str) -> bytes:
+    path = os.path.join(data_dir, "spm.model")
+    if not os.path.isfile(path):
+        raise UsageError(f"missing {path}: run make_sanstype.py first")
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def check_same_tokenizer(spm_a: bytes, spm_b: bytes, what_a: str, what_b: str):
+    if spm_a != spm_b:
+        raise UsageError(f"{what_a} and {what_b} use different tokenizers: retrain one on the same data")
 
 
 # ============================================================================
@@ -150,10 +174,13 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
+    """Self-attention, then feed-forward; each as x = LayerNorm(x + dropout(sublayer(x)))."""
+
     def __init__(self, c: TransformerConfig):
         super().__init__()
-        self.attention, self.attention_norm = Attention(c.d_model, c.n_heads, c.attention_dropout), nn.LayerNorm(c.d_model)
-        self.ffn, self.ffn_norm = FeedForward(c.d_model, c.d_ff, c.activation_dropout), nn.LayerNorm(c.d_model)
+        self.attention = Attention(c.d_model, c.n_heads, c.attention_dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation_dropout)
+        self.attention_norm, self.ffn_norm = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
         self.dropout = c.dropout
 
     def forward(self, x, mask):
@@ -162,16 +189,21 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
+    """Causal self-attention, attention to the encoder's output, then feed-forward."""
+
     def __init__(self, c: TransformerConfig):
         super().__init__()
-        self.self_attention, self.self_norm = Attention(c.d_model, c.n_heads, c.attention_dropout), nn.LayerNorm(c.d_model)
-        self.cross_attention, self.cross_norm = Attention(c.d_model, c.n_heads, c.attention_dropout), nn.LayerNorm(c.d_model)
-        self.ffn, self.ffn_norm = FeedForward(c.d_model, c.d_ff, c.activation_dropout), nn.LayerNorm(c.d_model)
+        self.self_attention = Attention(c.d_model, c.n_heads, c.attention_dropout)
+        self.cross_attention = Attention(c.d_model, c.n_heads, c.attention_dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation_dropout)
+        self.self_norm, self.cross_norm, self.ffn_norm = (nn.LayerNorm(c.d_model) for _ in range(3))
         self.dropout = c.dropout
 
     def forward(self, x, self_mask, memory, memory_mask, cache=None):
-        drop = lambda y: F.dropout(y, self.dropout, self.training)  # noqa: E731
-        self_cache, cross_cache = (cache.setdefault("self", {}), cache.setdefault("cross", {})) if cache is not None else (None, None)
+        def drop(y):
+            return F.dropout(y, self.dropout, self.training)
+        self_cache = cache.setdefault("self", {}) if cache is not None else None
+        cross_cache = cache.setdefault("cross", {}) if cache is not None else None
         x = self.self_norm(x + drop(self.self_attention(x, x, self_mask, self_cache)))
         x = self.cross_norm(x + drop(self.cross_attention(x, memory, memory_mask, cross_cache, cross=True)))
         return self.ffn_norm(x + drop(self.ffn(x)))
@@ -239,6 +271,19 @@ class Transformer(nn.Module):
             if finished.all():
                 break
         return [strip_special(row) for row in tokens[:, 1:].tolist()]
+
+
+@torch.no_grad()
+def translate(model, tokenizer, texts: list[str], batch_size: int, sample: bool = False) -> list[str]:
+    """Greedy (or sampled) outputs of a seq2seq model for a list of input texts."""
+    device = next(model.parameters()).device
+    model.eval()
+    outputs = []
+    for start in range(0, len(texts), batch_size):
+        src = pad([ids + [EOS_ID] for ids in tokenizer.encode(texts[start:start + batch_size])])
+        max_len = min(2 * src.shape[1] + 10, model.config.max_positions)  # code is ~1.2x its pseudocode
+        outputs += tokenizer.decode(model.generate(src.to(device), max_len=max_len, sample=sample))
+    return outputs
 
 
 def strip_special(ids: list[int]) -> list[int]:
@@ -352,7 +397,6 @@ def delete_random_words(code, rng, p=0.15):
     return " ".join(word for word in code.split(" ") if rng.random() >= p)
 
 
-
 # ============================================================================
 # 5. Losses
 # ============================================================================
@@ -365,7 +409,7 @@ def sequence_loss(logits, targets, label_smoothing: float = 0.0):
 
 
 # ============================================================================
-# 6. Checkpoints and the training loop
+# 6. Checkpoints
 # ============================================================================
 # A checkpoint is one self-contained file: the model's config and weights, the tokenizer's
 # bytes, the arguments it was trained with and its best validation loss, so that loading it
@@ -373,17 +417,36 @@ def sequence_loss(logits, targets, label_smoothing: float = 0.0):
 # stage) and last.pt (the latest epoch with optimizer, step and random states, for --resume).
 # Both are written to a temporary file first and renamed, so a kill never leaves half a file.
 
-class UsageError(Exception):
-    """Bad input from the user (a missing file, a checkpoint that is not one, ...): the scripts
-    print its message on one line and exit with code 2."""
+def save_checkpoint(path: str, payload: dict):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors are one line (no usage dump), with exit code 2 as usual."""
+def load_checkpoint(path: str, needs=("config", "model", "spm")) -> dict:
+    if not os.path.isfile(path):
+        raise UsageError(f"no checkpoint at {path}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # pickle, zip or torch errors: whatever it is, it is not ours
+        raise UsageError(f"{path} is not a checkpoint ({type(error).__name__})") from None
+    if not isinstance(checkpoint, dict) or any(key not in checkpoint for key in needs):
+        raise UsageError(f"{path} is not a checkpoint of this project (it lacks {', '.join(needs)})")
+    return checkpoint
 
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
+def model_from_checkpoint(checkpoint: dict) -> Transformer:
+    model = Transformer(TransformerConfig(**checkpoint["config"]))
+    model.load_state_dict(checkpoint["model"])
+    return model
+
+
+# ============================================================================
+# 7. Training loop
+# ============================================================================
+# Shared by train_denoiser.py and finetune.py: presets and flags, batches, and fit(), which
+# trains with early stopping on the validation loss and can resume after an interrupt.
 
 def add_training_args(parser):
     """Flags shared by the training scripts. Each defaults to None and is then filled from the
@@ -426,58 +489,6 @@ def config_from_args(args, vocab_size: int) -> TransformerConfig:
                              activation_dropout=args.activation_dropout)
 
 
-def read_lines(path: str) -> list[str]:
-    """The lines of a SansType file; a final newline does not make an extra empty line."""
-    if not os.path.isfile(path):
-        raise UsageError(f"missing file: {path}")
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
-
-
-def read_tokenizer_bytes(data_dir: str) -> bytes:
-    path = os.path.join(data_dir, "spm.model")
-    if not os.path.isfile(path):
-        raise UsageError(f"missing {path}: run make_sanstype.py first")
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def check_same_tokenizer(spm_a: bytes, spm_b: bytes, what_a: str, what_b: str):
-    if spm_a != spm_b:
-        raise UsageError(f"{what_a} and {what_b} use different tokenizers: retrain one on the same data")
-
-
-def exit_with_usage_error(script: str, error):
-    print(f"{script}: error: {error}", file=sys.stderr)
-    sys.exit(2)
-
-
-def save_checkpoint(path: str, payload: dict):
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: str, needs=("config", "model", "spm")) -> dict:
-    if not os.path.isfile(path):
-        raise UsageError(f"no checkpoint at {path}")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # pickle, zip or torch errors: whatever it is, it is not ours
-        raise UsageError(f"{path} is not a checkpoint ({type(error).__name__})") from None
-    if not isinstance(checkpoint, dict) or any(key not in checkpoint for key in needs):
-        raise UsageError(f"{path} is not a checkpoint of this project (it lacks {', '.join(needs)})")
-    return checkpoint
-
-
-def model_from_checkpoint(checkpoint: dict) -> Transformer:
-    model = Transformer(TransformerConfig(**checkpoint["config"]))
-    model.load_state_dict(checkpoint["model"])
-    return model
-
-
 def pick_device(name: str | None = None) -> torch.device:
     return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
 
@@ -513,19 +524,6 @@ def validation_loss(model, pairs, batch_size, device) -> float:
         total += sequence_loss(model(src, tgt_in), tgt_out).item() * n
         tokens += n
     return total / tokens
-
-
-@torch.no_grad()
-def translate(model, tokenizer, texts: list[str], batch_size: int, sample: bool = False) -> list[str]:
-    """Greedy (or sampled) outputs of a seq2seq model for a list of input texts."""
-    device = next(model.parameters()).device
-    model.eval()
-    outputs = []
-    for start in range(0, len(texts), batch_size):
-        src = pad([ids + [EOS_ID] for ids in tokenizer.encode(texts[start:start + batch_size])])
-        max_len = min(2 * src.shape[1] + 10, model.config.max_positions)  # code is ~1.2x its pseudocode
-        outputs += tokenizer.decode(model.generate(src.to(device), max_len=max_len, sample=sample))
-    return outputs
 
 
 def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None):
@@ -600,7 +598,7 @@ def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable,
 
 
 # ============================================================================
-# 7. Judge
+# 8. Judge
 # ============================================================================
 # A SansType program is one line: `$` ends a source line and `~` is indentation. The judge
 # compiles it with g++ after a fixed prelude, runs it on the test's stdin and compares the
@@ -711,6 +709,7 @@ def run_programs(programs: list[str], stdins: list[str], progress: str | None = 
     units = [[p] for p in inputs_of if p not in shared] + _split_evenly(list(shared), jobs)
     meter = Progress(len(pairs), f"judging {progress}") if progress else None
     results = {}
+    _sandbox_binary()  # compiled once, here, not by two threads at the same time
 
     def build_and_run(unit: list[str], workdir: str):
         os.makedirs(workdir)
@@ -920,10 +919,11 @@ def _sandboxed(argv, cwd, seconds, jail, stdin_path=None, stdout_path=None):
 
 @functools.cache
 def _sandbox_binary() -> str:
-    """Compile the launcher once per process; removed when the process exits."""
+    """Compile the launcher once per process (run_programs asks before it starts threads);
+    removed when the process exits."""
     for tool in ("gcc", "g++"):
         if shutil.which(tool) is None:
-            raise RuntimeError(f"the judge needs {tool}, which is not on PATH (Debian: apt-get install g++)")
+            raise UsageError(f"the judge needs {tool}, which is not on PATH (Debian: apt-get install g++)")
     workdir = tempfile.mkdtemp(prefix="sandbox-")
     atexit.register(shutil.rmtree, workdir, True)
     with open(os.path.join(workdir, "sandbox.c"), "w") as f:
@@ -933,8 +933,34 @@ def _sandbox_binary() -> str:
 
 
 # ============================================================================
-# 8. Progress lines
+# 9. Command-line plumbing: one-line errors and progress lines
 # ============================================================================
+
+class UsageError(Exception):
+    """Bad input from the user (a missing file, a checkpoint that is not one, ...): the scripts
+    print its message on one line and exit with code 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage dump), with exit code 2 as usual."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+RESUME_HINT = "interrupted: run again with --resume to continue from the last finished epoch"
+
+
+def run_main(script: str, work, args, on_interrupt: str = "interrupted"):
+    """Run a script's work: bad input becomes one line on stderr and exit code 2."""
+    try:
+        work(args)
+    except UsageError as error:
+        print(f"{script}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(on_interrupt)
+
 
 class Progress:
     """Prints `what: done/total (rate/s, ETA 1m23s)` to stderr, at most every few seconds."""

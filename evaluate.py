@@ -15,7 +15,6 @@ import argparse
 import glob
 import json
 import os
-import sys
 
 import common
 
@@ -118,7 +117,8 @@ def table_row(s: dict) -> str:
             f"{100 * s['compiled']:8.1f} {100 * s['accuracy']:8.1f}   {show(paper[0])} {show(paper[1])}")
 
 
-def print_table(folders: list[str]):
+def print_table(args):
+    folders = args.table
     summaries = []
     for folder in folders:
         for path in sorted(glob.glob(os.path.join(folder, "eval_*.json"))):
@@ -133,7 +133,8 @@ def print_table(folders: list[str]):
 
 
 def main(argv=None):
-    parser = common.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.ArgumentParser(prog="evaluate.py", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", nargs="?", help="a predictor checkpoint (runs/<name>/model.pt)")
     parser.add_argument("--denoiser", help="apply this denoiser to the predictions: Pi(f(x))")
     parser.add_argument("--splits", default="test,ood")
@@ -147,15 +148,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if sum(map(bool, (args.model, args.table, args.predictions))) != 1:
         parser.error("give one of: a model checkpoint, --table RUN_DIR..., --predictions FILE")
-    try:
-        if args.table:
-            print_table(args.table)
-        elif args.predictions:
-            judge_predictions(args)
-        else:
-            evaluate_model(args)
-    except (common.UsageError, UnicodeDecodeError, RuntimeError) as error:  # RuntimeError: no g++, or no sandbox
-        common.exit_with_usage_error("evaluate.py", error)
+    work = print_table if args.table else judge_predictions if args.predictions else evaluate_model
+    common.run_main("evaluate.py", work, args)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ PRESETS = {
 
 
 def parse_args(argv=None):
-    parser = common.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.ArgumentParser(prog="finetune.py", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--method", choices=METHODS, required=True)
     parser.add_argument("--data", default="data/sanstype")
     parser.add_argument("--denoiser", default="runs/denoiser/model.pt", help="pre-trained denoiser (standard, bart)")
@@ -48,13 +49,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    try:
-        finetune(args)
-    except common.UsageError as error:
-        common.exit_with_usage_error("finetune.py", error)
-    except KeyboardInterrupt:
-        sys.exit("interrupted: run again with --resume to continue from the last epoch")
+    common.run_main("finetune.py", finetune, parse_args(argv), on_interrupt=common.RESUME_HINT)
 
 
 def load_pairs(data_dir: str, split: str, tokenizer) -> list[tuple[list[int], list[int]]]:

