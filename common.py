@@ -272,17 +272,52 @@ class Transformer(nn.Module):
                 break
         return [strip_special(row) for row in tokens[:, 1:].tolist()]
 
+    @torch.no_grad()
+    def beam_search(self, src, beam: int = 4, max_len: int = 200, length_penalty: float = 1.0):
+        """Keep the `beam` best prefixes of each source (by total log-probability); finished
+        hypotheses score their log-probability / length**length_penalty, as fairseq does.
+        Returns the best hypothesis' token ids, without BOS/EOS, one list per source."""
+        B, V = src.shape[0], self.config.vocab_size
+        memory, memory_mask = self.encode(src)
+        memory, memory_mask = memory.repeat_interleave(beam, 0), memory_mask.repeat_interleave(beam, 0)
+        tokens = torch.full((B * beam, 1), BOS_ID, dtype=torch.long, device=src.device)
+        scores = torch.zeros(B, beam, device=src.device)
+        scores[:, 1:] = float("-inf")  # all beams start equal: keep one of them
+        finished = torch.zeros(B * beam, dtype=torch.bool, device=src.device)
+        cache = [{} for _ in self.decoder]
+        for step in range(max_len):
+            logits = self.decode(tokens[:, -1:], memory, memory_mask, cache, start=step)[:, -1]
+            log_probs = F.log_softmax(logits.float(), dim=-1)
+            log_probs[finished] = float("-inf")
+            log_probs[finished, PAD_ID] = 0.0  # a finished hypothesis only grows padding, for free
+            top, index = (scores.view(-1, 1) + log_probs).view(B, beam * V).topk(beam, dim=1)
+            source_beam = (torch.arange(B, device=src.device)[:, None] * beam + index // V).view(-1)
+            next_token = (index % V).view(-1, 1)
+            tokens, scores = torch.cat([tokens[source_beam], next_token], dim=1), top
+            finished = finished[source_beam] | (next_token.view(-1) == EOS_ID)
+            for layer_cache in cache:  # the self-attention cache follows its hypothesis
+                layer_cache["self"] = {key: value[source_beam] for key, value in layer_cache["self"].items()}
+            if finished.all():
+                break
+        lengths = ((tokens[:, 1:] != PAD_ID).sum(dim=1)).clamp(min=1).view(B, beam).float()
+        best = (scores / lengths ** length_penalty).argmax(dim=1)
+        chosen = tokens.view(B, beam, -1)[torch.arange(B), best]
+        return [strip_special(row) for row in chosen[:, 1:].tolist()]
+
 
 @torch.no_grad()
-def translate(model, tokenizer, texts: list[str], batch_size: int, sample: bool = False) -> list[str]:
-    """Greedy (or sampled) outputs of a seq2seq model for a list of input texts."""
+def translate(model, tokenizer, texts: list[str], batch_size: int, sample: bool = False, beam: int = 1) -> list[str]:
+    """Greedy (or sampled, or beam-searched) outputs of a seq2seq model for a list of texts."""
     device = next(model.parameters()).device
     model.eval()
     outputs = []
     for start in range(0, len(texts), batch_size):
         src = pad([ids + [EOS_ID] for ids in tokenizer.encode(texts[start:start + batch_size])])
         max_len = min(2 * src.shape[1] + 10, model.config.max_positions)  # code is ~1.2x its pseudocode
-        outputs += tokenizer.decode(model.generate(src.to(device), max_len=max_len, sample=sample))
+        if beam > 1:
+            outputs += tokenizer.decode(model.beam_search(src.to(device), beam, max_len))
+        else:
+            outputs += tokenizer.decode(model.generate(src.to(device), max_len=max_len, sample=sample))
     return outputs
 
 
@@ -301,9 +336,6 @@ def strip_special(ids: list[int]) -> list[int]:
 # come back up, each concatenated with the encoder map of the same size (the skip
 # connections, which let fine strokes bypass the bottleneck). width=64 is the
 # size of the paper's released code; the CPU preset uses a narrower one.
-import torch
-import torch.nn as nn
-
 
 def unet_down(c_in, c_out, norm=True, dropout=0.0):
     """Halve the resolution: 4x4 convolution with stride 2."""
@@ -695,12 +727,13 @@ _RUN_CACHE: dict[tuple[str, str], RunResult] = {}
 
 
 def run_programs(programs: list[str], stdins: list[str], progress: str | None = None,
-                 jobs: int = 2, cache: bool = True, share_units: bool = True) -> list[RunResult]:
-    """Compile and run programs[i] on stdins[i] (an .inp line) on `jobs` cores. With
+                 jobs: int | None = None, cache: bool = True, share_units: bool = True) -> list[RunResult]:
+    """Compile and run programs[i] on stdins[i] (an .inp line) on `jobs` cores (all). With
     `progress`, print progress lines with an ETA to stderr, calling the programs so.
     share_units=False compiles every program alone (slow; for checking the batching)."""
     if len(programs) != len(stdins):
         raise ValueError(f"{len(programs)} programs but {len(stdins)} inputs")
+    jobs = jobs or os.cpu_count() or 1
     pairs = [k for k in dict.fromkeys(zip(programs, stdins)) if not (cache and k in _RUN_CACHE)]
     inputs_of = {}
     for program, stdin in pairs:
@@ -868,7 +901,8 @@ def _compile(source: str, workdir: str, seconds: float) -> tuple[str | None, lis
     if code is None:
         return None, [(0, f"compilation timed out after {seconds:.0f} s")]
     if code != 0:
-        errors = [(int(line), re.sub(r"\bsansprog_\d+::", "", message)) for line, message in _ERROR_LINE.findall(stderr)]
+        errors = [(int(line), re.sub(r"\bsansprog_\d+::", "", message))  # our namespaces are not the program's
+                  for line, message in _ERROR_LINE.findall(stderr)]
         return None, errors or [(0, (stderr.strip().splitlines() or [f"g++ exited with {code}"])[-1])]
     return os.path.join(workdir, "program"), []
 

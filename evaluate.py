@@ -96,15 +96,15 @@ def evaluate_model(args):
     for split in args.splits.split(","):
         sources = common.read_lines(os.path.join(args.data, f"{split}.src"))
         stdins, expected = load_split(args.data, split)
-        base = common.translate(model, tokenizer, sources, args.batch_size)
-        programs = common.translate(denoiser, tokenizer, base, args.batch_size) if denoiser else base  # Pi(f(x))
+        base = common.translate(model, tokenizer, sources, args.batch_size, beam=args.beam)
+        programs = common.translate(denoiser, tokenizer, base, args.batch_size, beam=args.beam) if denoiser else base
         verdicts = common.judge_programs(programs, stdins, expected, progress=f"{split} programs")
-        name = f"eval_{split}{'_denoised' if denoiser else ''}"
+        name = f"eval_{split}{'_denoised' if denoiser else ''}{f'_beam{args.beam}' if args.beam > 1 else ''}"
         rows = [{"line": i + 1, "prediction": p, **({"base": b} if denoiser else {}), **v}
                 for i, (p, b, v) in enumerate(zip(programs, base, verdicts))]
         write_jsonl(os.path.join(os.path.dirname(args.model), name + ".jsonl"), rows)
         summary = dict(summarize(verdicts), method=method, layers=layers, denoised=bool(denoiser), split=split,
-                       model=args.model, denoiser=args.denoiser)
+                       beam=args.beam, model=args.model, denoiser=args.denoiser)
         with open(os.path.join(os.path.dirname(args.model), name + ".json"), "w") as f:
             json.dump(summary, f, indent=1)
         print(table_row(summary))
@@ -113,7 +113,8 @@ def evaluate_model(args):
 def table_row(s: dict) -> str:
     paper = PAPER.get((s["method"], s["layers"], s["denoised"], s["split"]), (None, None))
     show = lambda x: "  -  " if x is None else f"{x:5.1f}"  # noqa: E731
-    return (f"{s['method']:<10} {s['layers']:>6} {'Y' if s['denoised'] else 'N':>9} {s['split']:<5} "
+    method = s["method"] + (f"+beam{s['beam']}" if s.get("beam", 1) > 1 else "")
+    return (f"{method:<10} {s['layers']:>6} {'Y' if s['denoised'] else 'N':>9} {s['split']:<5} "
             f"{100 * s['compiled']:8.1f} {100 * s['accuracy']:8.1f}   {show(paper[0])} {show(paper[1])}")
 
 
@@ -128,7 +129,8 @@ def print_table(args):
         raise common.UsageError(f"no eval_*.json in {' '.join(folders)}: run evaluate.py on a model first")
     print(f"{'method':<10} {'layers':>6} {'denoiser':>9} {'split':<5} {'compiled':>8} {'accuracy':>8}   "
           f"paper: compiled accuracy")
-    for s in sorted(summaries, key=lambda s: (s["split"] != "test", s["split"], s["method"], s["layers"], s["denoised"])):
+    order = lambda s: (s["split"] != "test", s["split"], s["method"], s["layers"], s["denoised"])  # noqa: E731
+    for s in sorted(summaries, key=order):
         print(table_row(s))
 
 
@@ -143,6 +145,7 @@ def main(argv=None):
     parser.add_argument("--split", default="test", help="with --predictions: the split they answer")
     parser.add_argument("--json", help="with --predictions: also write {n, compiled, accuracy} here")
     parser.add_argument("--data", default="data/sanstype")
+    parser.add_argument("--beam", type=int, default=1, help="beam size (the paper decodes greedily: 1)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device")
     args = parser.parse_args(argv)

@@ -85,7 +85,8 @@ def finetune(args):
     trainable = (lambda epoch: decoder_is_frozen(model, epoch, args.frozen_epochs)) if args.method == "bart" else None
     extra = {"spm": spm, "role": "predictor", "method": args.method}
     state = common.fit(model, lambda epoch: train_pairs, val_pairs, args, args.out, extra, trainable=trainable)
-    print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}) -> {os.path.join(args.out, 'model.pt')}")
+    print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}) -> "
+          f"{os.path.join(args.out, 'model.pt')}")
 
 
 if __name__ == "__main__":

@@ -84,7 +84,8 @@ def train(args):
           f"{len(programs)} programs, {args.corruption} corruption, preset {args.preset}", file=sys.stderr)
     extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption}
     state = common.fit(model, train_pairs, val_pairs, args, args.out, extra, on_epoch=report_repairs)
-    print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}) -> {os.path.join(args.out, 'model.pt')}")
+    print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}) -> "
+          f"{os.path.join(args.out, 'model.pt')}")
 
 
 if __name__ == "__main__":

@@ -63,19 +63,19 @@ def main():
         rng = random.Random(0)
         programs += [common.corrupt_code(p, rng) for p in programs]
         stdins, expected = stdins * 2, expected * 2
-    print(f"{len(programs)} programs from {args.data} ({args.splits}{', + corrupted copies' if args.corrupted else ''}), "
-          f"{os.cpu_count()} cores")
+    corrupted = ", + corrupted copies" if args.corrupted else ""
+    print(f"{len(programs)} programs from {args.data} ({args.splits}{corrupted}), {os.cpu_count()} cores")
 
     start = time.time()
-    ours = [v["verdict"] for v in common.judge_programs(programs, stdins, expected, cache=False,
-                                                        jobs=os.cpu_count() or 1)]
+    ours = [v["verdict"] for v in common.judge_programs(programs, stdins, expected, cache=False)]
     ours_seconds = time.time() - start
     print(f"batched judge:      {ours_seconds:7.1f} s  ({1000 * ours_seconds / len(programs):.0f} ms/program)")
 
     start = time.time()
     reference = judge_one_by_one(programs, stdins, expected)
     reference_seconds = time.time() - start
-    print(f"one g++ per program: {reference_seconds:7.1f} s  ({1000 * reference_seconds / len(programs):.0f} ms/program)")
+    print(f"one g++ per program: {reference_seconds:7.1f} s  "
+          f"({1000 * reference_seconds / len(programs):.0f} ms/program)")
 
     differ = [i for i, (a, b) in enumerate(zip(ours, reference)) if a != b]
     counts = {v: ours.count(v) for v in sorted(set(ours))}

@@ -40,6 +40,12 @@ def test_cached_greedy_decoding_equals_uncached():
     assert model.generate(src, max_len=30) == model.generate(src, max_len=30, use_cache=False)
 
 
+def test_beam_of_one_is_greedy():
+    model = tiny(vocab=50).eval()
+    src = torch.randint(4, 50, (4, 10))
+    assert model.beam_search(src, beam=1, max_len=30) == model.generate(src, max_len=30)
+
+
 def test_sampling_follows_the_model_distribution():
     model = tiny().eval()
     src = torch.randint(4, 20, (1, 6)).repeat(4000, 1)
@@ -73,9 +79,9 @@ def test_learns_to_reverse_sequences():
     assert sum(losses[-20:]) / 20 < 0.5 * sum(losses[:20]) / 20
     model.eval()
     src, _ = batch(100)
-    predictions = model.generate(src, max_len=10)
-    exact = sum(p == s.flip(0).tolist() for p, s in zip(predictions, src))
-    assert exact >= 90, exact
+    for predictions in (model.generate(src, max_len=10), model.beam_search(src, beam=3, max_len=10)):
+        exact = sum(p == s.flip(0).tolist() for p, s in zip(predictions, src))
+        assert exact >= 90, exact
 
 
 def test_sequence_loss_ignores_padding():
