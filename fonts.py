@@ -1,0 +1,645 @@
+"""Composed fine-tuning for font image generation (Section 6.3 and Appendix of the paper).
+
+Predict a 32x32 glyph image from (font, character). A U-Net denoiser Pi is pre-trained on
+unlabeled fonts to undo a corruption; the composed predictor trains a base MLP f through the
+frozen Pi, so the MLP may stay simple (blurry, gray) and Pi draws the clean strokes.
+
+    python fonts.py render                      # system fonts (+ --font-dir DIR) -> data/fonts/glyphs.npz
+    python fonts.py denoiser                    # -> runs/fonts/denoiser.pt (blur; --corruption emboss|contrast)
+    python fonts.py train --method direct       # -> runs/fonts/direct.pt
+    python fonts.py train --method composed     # -> runs/fonts/composed.pt  (through the frozen denoiser)
+    python fonts.py evaluate                    # test MSE table + runs/fonts/samples.png (like Figure 5)
+
+Every training subcommand takes --preset cpu (default, ~30 min for the whole chain on 2 cores)
+or --preset paper (the paper's hyperparameters, for a GPU); explicit flags override the preset.
+"""
+import glob
+import math
+import os
+import string
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageFont
+
+import common
+from common import UNet
+
+CHARS = string.digits + string.ascii_uppercase + string.ascii_lowercase   # the 62 classes
+SIZE = 32                       # images are SIZE x SIZE, uint8 on disk, [-1, 1] in the models
+FONT_DIRS = ["/usr/share/fonts", "/usr/local/share/fonts", "~/.fonts", "~/.local/share/fonts",
+             "/Library/Fonts", "/System/Library/Fonts", "~/Library/Fonts", "C:/Windows/Fonts"]
+# The paper's numbers (test MSE on the [-1, 1] scale), Section 6.3 and Appendix Table.
+PAPER = {("direct", None): 0.193, ("composed", "blur"): 0.171, ("composed", "emboss"): 0.187,
+         ("composed", "contrast"): 0.172, ("composed+dropout", "blur"): 0.165}
+
+PRESETS = {   # flags left unset take their value from the preset
+    "denoiser": {
+        "cpu":   dict(width=32, unet_dropout=0.0, steps=1200, batch_size=128, lr=2e-3),
+        "paper": dict(width=64, unet_dropout=0.5, steps=24000, batch_size=256, lr=2e-4),  # 2 epochs, ~50k fonts
+        "tiny":  dict(width=4, unet_dropout=0.0, steps=3, batch_size=8, lr=1e-3),
+    },
+    "train": {
+        "cpu":   dict(epochs=40, patience=10, batch_size=64, lr=1e-3, l2=[1e-3, 1e-4, 1e-5]),
+        "paper": dict(epochs=1000, patience=1000, batch_size=256, lr=2e-4,
+                      l2=[0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6]),
+        "tiny":  dict(epochs=2, patience=2, batch_size=64, lr=1e-3, l2=[0, 1e-4]),
+    },
+}
+
+
+def die(msg):
+    """Bad input: one line on stderr, exit code 2 (like argparse)."""
+    print(f"fonts.py: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+# ============================================================================
+# Rendering real font files into 62 x 32 x 32 glyph arrays
+# ============================================================================
+
+def find_font_files(dirs):
+    """All .ttf/.otf/.ttc files under dirs, sorted, each real file once."""
+    paths = set()
+    for d in dirs:
+        for p in glob.glob(os.path.join(os.path.expanduser(d), "**", "*"), recursive=True):
+            if p.lower().endswith((".ttf", ".otf", ".ttc")) and os.path.isfile(p):
+                paths.add(os.path.realpath(p))
+    return sorted(paths)
+
+
+def open_faces(path, size):
+    """Every face of a font file (a .ttc collection holds several)."""
+    for index in range(64 if path.lower().endswith(".ttc") else 1):
+        try:
+            yield ImageFont.truetype(path, size, index=index)
+        except OSError:
+            return
+
+
+def draw_glyph(font, ch):
+    """The glyph on a big canvas, baseline at a fixed height, ink = 255."""
+    s = font.size
+    img = Image.new("L", (4 * s, 4 * s), 0)
+    ImageDraw.Draw(img).text((s, 3 * s), ch, font=font, fill=255, anchor="ls")
+    return np.asarray(img)
+
+
+def render_font(font, chars=CHARS, margin=1):
+    """(len(chars), 32, 32) uint8 glyphs, or a string saying why the font is unusable.
+
+    Like the paper's data (Bernhardsson's font dataset), one scale per font: glyphs keep their
+    relative sizes and a shared baseline (so 'o' and 'O' differ), each centred horizontally,
+    the whole font scaled to fit SIZE - 2*margin pixels."""
+    notdef = draw_glyph(font, "\U0010fffd")   # a private-use code point: no font maps it
+    canvases = []
+    for ch in chars:
+        g = draw_glyph(font, ch)
+        if not g.any():
+            return "blank glyph among 0-9A-Za-z"
+        if notdef.any() and np.array_equal(g, notdef):
+            return "missing (.notdef) glyph among 0-9A-Za-z"
+        canvases.append(g)
+    boxes = [(np.nonzero(g.any(0))[0], np.nonzero(g.any(1))[0]) for g in canvases]
+    top = min(r[0] for _, r in boxes)
+    bottom = max(r[-1] for _, r in boxes) + 1
+    widest = max(c[-1] + 1 - c[0] for c, _ in boxes)
+    scale = (SIZE - 2 * margin) / max(bottom - top, widest)
+    out = np.zeros((len(chars), SIZE, SIZE), np.uint8)
+    for i, (g, (cols, _)) in enumerate(zip(canvases, boxes)):
+        crop = Image.fromarray(g[top:bottom, cols[0]:cols[-1] + 1])
+        w = max(1, round(crop.width * scale))
+        h = max(1, round(crop.height * scale))
+        small = np.asarray(crop.resize((w, h), Image.BOX))   # BOX = area average: clean downscaling
+        y, x = (SIZE - h) // 2, (SIZE - w) // 2
+        out[i, y:y + h, x:x + w] = small
+    return out
+
+
+def font_name(font):
+    family, style = font.getname()
+    return f"{family} {style}".strip()
+
+
+class DuplicateFilter:
+    """Keeps a font unless its glyphs are within `threshold` mean squared error (on [0, 1]
+    pixels) of a font already kept: the same design shipped twice (Liberation Sans / Arimo,
+    .ttf and .otf builds) would otherwise leak between the labeled and unlabeled fonts."""
+
+    def __init__(self, threshold=0.003):
+        self.threshold, self.kept, self.sq = threshold, [], []
+
+    def add(self, glyphs):
+        """True (and remembered) if glyphs is not a near-duplicate."""
+        x = glyphs.reshape(-1).astype(np.float32) / 255
+        dots = np.array([k @ x for k in self.kept])     # |a - b|^2 = |a|^2 + |b|^2 - 2 a.b
+        if self.kept and ((np.array(self.sq) + x @ x - 2 * dots) / x.size).min() < self.threshold:
+            return False
+        self.kept.append(x)
+        self.sq.append(float(x @ x))
+        return True
+
+
+def cmd_render(args):
+    dirs = ([] if args.no_system_fonts else FONT_DIRS) + args.font_dir
+    paths = find_font_files(dirs)
+    if not paths:
+        die(f"no .ttf/.otf/.ttc font files found in {dirs}")
+    glyphs, names, skipped = [], [], {}
+    dedup = DuplicateFilter(args.duplicate_mse)
+    t0 = time.time()
+    n_faces = 0
+    for i, path in enumerate(paths):
+        try:
+            faces = list(open_faces(path, args.render_size))
+        except Exception:
+            faces = []
+        if not faces:
+            skipped["unreadable"] = skipped.get("unreadable", 0) + 1
+        for font in faces:
+            n_faces += 1
+            g = render_font(font)
+            reason = g if isinstance(g, str) else None
+            if reason is None and not dedup.add(g):
+                reason = "near-duplicate of a kept font"
+            if reason:
+                skipped[reason] = skipped.get(reason, 0) + 1
+                continue
+            glyphs.append(g)
+            names.append(f"{font_name(font)} ({os.path.basename(path)})")
+        if (i + 1) % 100 == 0 or i + 1 == len(paths):
+            progress(f"render {i + 1}/{len(paths)} files, {len(names)} fonts kept", i + 1, len(paths), t0)
+    print(f"found {len(paths)} font files, {n_faces} faces; kept {len(names)} fonts")
+    for why, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
+        print(f"  skipped {n:5d}: {why}")
+    if not glyphs:
+        die("no usable font: each lacks some of the 62 glyphs 0-9A-Za-z")
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    tmp = args.out + ".tmp.npz"
+    np.savez_compressed(tmp, glyphs=np.stack(glyphs), names=np.array(names))
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out}: {len(names)} fonts x {len(CHARS)} glyphs x {SIZE}x{SIZE}")
+
+
+# ============================================================================
+# The split: 100 labeled fonts x 62 chars -> 2500 train / 100 val / 3600 test;
+# every other font is unlabeled data for the denoiser
+# ============================================================================
+
+def make_split(n_fonts, labeled_fonts=100, n_train=2500, n_val=100, seed=0, verbose=True):
+    """Indices, from a fixed seed so that every subcommand sees the same split.
+
+    Returns dict(labeled=font ids, unlabeled=font ids, train/val/test=(font row, char) pairs),
+    where a font row indexes `labeled`."""
+    if n_fonts < 2 * labeled_fonts:
+        shrunk = max(1, n_fonts // 2)
+        if verbose:
+            print(f"note: only {n_fonts} usable fonts (the paper: ~56k, 100 of them labeled); "
+                  f"using {shrunk} labeled fonts, {n_fonts - shrunk} unlabeled, and scaling the "
+                  f"{n_train}/{n_val} train/val examples by {shrunk}/{labeled_fonts}")
+        n_train = max(1, n_train * shrunk // labeled_fonts)
+        n_val = max(1, n_val * shrunk // labeled_fonts)
+        labeled_fonts = shrunk
+    n_pairs = labeled_fonts * len(CHARS)
+    if n_train + n_val >= n_pairs:
+        die(f"--n-train {n_train} + {n_val} val leaves no test example out of {n_pairs}")
+    rng = np.random.default_rng(seed)
+    fonts = rng.permutation(n_fonts)
+    pairs = rng.permutation(n_pairs)
+    as_pairs = lambda p: np.stack([p // len(CHARS), p % len(CHARS)], 1)
+    return dict(labeled=fonts[:labeled_fonts], unlabeled=fonts[labeled_fonts:],
+                train=as_pairs(pairs[:n_train]), val=as_pairs(pairs[n_train:n_train + n_val]),
+                test=as_pairs(pairs[n_train + n_val:]))
+
+
+def load_glyphs(path):
+    if not os.path.exists(path):
+        die(f"{path} not found: run `python fonts.py render` first")
+    try:
+        with np.load(path) as d:
+            return d["glyphs"], [str(n) for n in d["names"]]
+    except Exception as e:
+        die(f"{path} is not a glyphs file from `fonts.py render` ({e.__class__.__name__})")
+
+
+def to_float(images):
+    """uint8 (..., 32, 32) -> float tensor (..., 1, 32, 32) in [-1, 1] (ink = +1)."""
+    return torch.from_numpy(np.asarray(images, np.float32) / 127.5 - 1).unsqueeze(-3)
+
+
+def labeled_examples(glyphs, split, part):
+    """(font rows, char ids, target images) of one part of the labeled data."""
+    pairs = split[part]
+    images = glyphs[split["labeled"][pairs[:, 0]], pairs[:, 1]]
+    return torch.from_numpy(pairs[:, 0]), torch.from_numpy(pairs[:, 1]), to_float(images)
+
+
+# ============================================================================
+# Corruptions the denoiser learns to undo (the paper's, applied with Pillow)
+# ============================================================================
+
+def corrupt(image, kind, rng):
+    """One uint8 32x32 glyph -> its corrupted version."""
+    img = Image.fromarray(image)
+    if kind == "blur":        # Gaussian blur, radius ~ U[0, 2]
+        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0, 2)))
+    elif kind == "emboss":
+        img = img.filter(ImageFilter.EMBOSS)
+    elif kind == "contrast":  # halve the contrast around the image's mean gray
+        img = ImageEnhance.Contrast(img).enhance(0.5)
+    else:
+        raise ValueError(kind)
+    return np.asarray(img)
+
+
+def corrupt_batch(images, kind, rng):
+    return np.stack([corrupt(im, kind, rng) for im in images])
+
+
+# ============================================================================
+# The predictor: (font, character) -> image, a 7-layer MLP (Appendix)
+# ============================================================================
+
+class GlyphMLP(nn.Module):
+    """Character embedding (62-d) and font embedding (100-d), concatenated, then 7 linear
+    layers up to a 32x32 image in [-1, 1]. Widths and the batch norm follow the released code."""
+
+    def __init__(self, n_fonts, dropout=0.0):
+        super().__init__()
+        self.config = dict(n_fonts=n_fonts, dropout=dropout)
+        self.char_emb = nn.Embedding(len(CHARS), 62)
+        self.font_emb = nn.Embedding(n_fonts, 100)
+        widths = [62 + 100, 128, 256, 256, 512, 512, 1024]
+        layers = []
+        for i, (a, b) in enumerate(zip(widths, widths[1:])):
+            layers += [nn.Linear(a, b)] + ([nn.BatchNorm1d(b)] if i else []) + [nn.LeakyReLU(0.2)]
+            layers += [nn.Dropout(dropout)] if dropout and i >= 4 else []   # the two widest layers
+        layers += [nn.Linear(1024, SIZE * SIZE), nn.Tanh()]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, fonts, chars):
+        h = torch.cat([self.char_emb(chars), self.font_emb(fonts)], dim=1)
+        return self.net(h).view(-1, 1, SIZE, SIZE)
+
+
+def l2_penalty(model):
+    """Sum of squared weights, biases excluded (as in the released code)."""
+    return sum((p ** 2).sum() for name, p in model.named_parameters() if not name.endswith("bias"))
+
+
+def predict(f, pi, fonts, chars):
+    """The composed predictor Pi(f(x)); with pi=None the direct predictor f(x)."""
+    out = f(fonts, chars)
+    return out if pi is None else pi(out)
+
+
+def composed_loss(f, pi, fonts, chars, targets):
+    """Eq. 1 of the paper with lambda = 0: minimise ||Pi(f(x)) - y||^2 with Pi frozen.
+    Images are continuous, so the gradient flows through Pi by plain backprop (no REINFORCE)."""
+    return F.mse_loss(pi(f(fonts, chars)), targets)
+
+
+def direct_loss(f, fonts, chars, targets):
+    """The baseline: minimise ||f(x) - y||^2."""
+    return F.mse_loss(f(fonts, chars), targets)
+
+
+def freeze(model):
+    """Eval mode (no dropout) and no gradients for the weights: Pi stays bit-identical."""
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+@torch.no_grad()
+def batched_mse(f, pi, fonts, chars, targets, batch=512):
+    """Mean squared error per pixel of the predictor over a whole split."""
+    f.eval()
+    total = 0.0
+    for i in range(0, len(targets), batch):
+        out = predict(f, pi, fonts[i:i + batch], chars[i:i + batch])
+        total += F.mse_loss(out, targets[i:i + batch], reduction="sum").item()
+    return total / targets.numel()
+
+
+# ============================================================================
+# Plumbing: presets, device, progress, checkpoints
+# ============================================================================
+
+def apply_preset(args, table):
+    for key, value in table[args.preset].items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+
+
+def progress(msg, done, total, t0):
+    eta = (time.time() - t0) / max(done, 1) * (total - done)
+    print(f"{msg} | {time.time() - t0:.0f}s elapsed, ETA {eta:.0f}s", flush=True)
+
+
+def load_checkpoint(path, kind=None):
+    if not os.path.exists(path):
+        die(f"{path} not found")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        assert isinstance(ckpt, dict) and ckpt.get("kind") in ("denoiser", "predictor")
+    except Exception:
+        die(f"{path} is not a fonts.py checkpoint")
+    if kind and ckpt["kind"] != kind:
+        die(f"{path} is a {ckpt['kind']} checkpoint, expected a {kind}")
+    return ckpt
+
+
+def build_denoiser(ckpt):
+    pi = UNet(**ckpt["config"])
+    pi.load_state_dict(ckpt["state_dict"])
+    return freeze(pi)
+
+
+def build_predictor(ckpt):
+    f = GlyphMLP(**ckpt["config"])
+    f.load_state_dict(ckpt["state_dict"])
+    f.eval()
+    pi = build_denoiser(ckpt["denoiser"]) if ckpt["method"] == "composed" else None
+    return f, pi
+
+
+def split_args(args):
+    return dict(labeled_fonts=args.labeled_fonts, n_train=args.n_train, n_val=args.n_val, seed=args.seed)
+
+
+# ============================================================================
+# Pre-training the denoiser on unlabeled fonts
+# ============================================================================
+
+def cmd_denoiser(args):
+    apply_preset(args, PRESETS["denoiser"])
+    device = common.pick_device(args.device)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    glyphs, _ = load_glyphs(args.data)
+    split = make_split(len(glyphs), **split_args(args))
+    unlabeled = split["unlabeled"][:args.unlabeled_fonts]          # None = all of them
+    train_pairs = split["train"]
+    # Unlabeled outputs: every glyph of the unlabeled fonts plus the labeled training images
+    # (never the val/test images: Pi must not have seen the answers).
+    clean = np.concatenate([glyphs[unlabeled].reshape(-1, SIZE, SIZE),
+                            glyphs[split["labeled"][train_pairs[:, 0]], train_pairs[:, 1]]])
+    val_clean = glyphs[split["labeled"][split["val"][:, 0]], split["val"][:, 1]]
+    val_in = to_float(corrupt_batch(val_clean, args.corruption, np.random.default_rng(1))).to(device)
+    val_out = to_float(val_clean).to(device)
+    print(f"denoiser: {len(unlabeled)} unlabeled fonts + {len(train_pairs)} training images = "
+          f"{len(clean)} clean images; corruption {args.corruption}; {args.steps} steps of {args.batch_size}")
+
+    pi = UNet(width=args.width, dropout=args.unet_dropout).to(device)
+    opt = torch.optim.Adam(pi.parameters(), lr=args.lr, betas=(0.5, 0.999))
+    t0 = time.time()
+    for step in range(1, args.steps + 1):
+        batch = clean[rng.integers(len(clean), size=args.batch_size)]
+        x = to_float(corrupt_batch(batch, args.corruption, rng)).to(device)
+        y = to_float(batch).to(device)
+        pi.train()
+        loss = F.mse_loss(pi(x), y)                  # learn Pi(corrupt(y)) = y
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % args.log_every == 0 or step == args.steps:
+            progress(f"step {step}/{args.steps} loss {loss.item():.4f}", step, args.steps, t0)
+    pi.eval()
+    with torch.no_grad():
+        val_mse = F.mse_loss(pi(val_in), val_out).item()
+    print(f"val: corrupted MSE {F.mse_loss(val_in, val_out).item():.4f} -> denoised MSE {val_mse:.4f}")
+    common.save_checkpoint(args.out, dict(kind="denoiser", config=pi.config, state_dict=pi.cpu().state_dict(),
+                                          corruption=args.corruption, unlabeled_fonts=len(unlabeled),
+                                          split=split_args(args), val_mse=val_mse, args=vars(args)))
+    print(f"wrote {args.out}")
+
+
+# ============================================================================
+# Training a direct or a composed predictor
+# ============================================================================
+
+def fit(args, n_fonts, data, pi, l2, device):
+    """Train one predictor with one L2 strength; returns (best val MSE, best weights)."""
+    torch.manual_seed(args.seed)
+    f = GlyphMLP(n_fonts, dropout=args.dropout).to(device)
+    opt = torch.optim.Adam(f.parameters(), lr=args.lr, betas=(0.5, 0.999))
+    fonts, chars, targets = data["train"]
+    best, best_state, bad_epochs = math.inf, None, 0
+    t0 = time.time()
+    for epoch in range(1, args.epochs + 1):
+        f.train()
+        # Drop the ragged last batch: a handful of examples would throw batch norm's statistics.
+        n_full = len(targets) // args.batch_size * args.batch_size or len(targets)
+        for idx in torch.randperm(len(targets), device=device)[:n_full].split(args.batch_size):
+            if pi is None:
+                loss = direct_loss(f, fonts[idx], chars[idx], targets[idx])
+            else:
+                loss = composed_loss(f, pi, fonts[idx], chars[idx], targets[idx])
+            opt.zero_grad(set_to_none=True)
+            (loss + l2 * l2_penalty(f)).backward()
+            opt.step()
+        val = batched_mse(f, pi, *data["val"])
+        if val < best:        # early stopping: keep the weights of the best validation epoch
+            best, bad_epochs = val, 0
+            best_state = {k: v.detach().cpu().clone() for k, v in f.state_dict().items()}
+        else:
+            bad_epochs += 1
+        if epoch % args.log_every == 0 or epoch == args.epochs or bad_epochs >= args.patience:
+            progress(f"  l2 {l2:g} epoch {epoch}/{args.epochs} train loss {loss.item():.4f} "
+                     f"val MSE {val:.4f} (best {best:.4f})", epoch, args.epochs, t0)
+        if bad_epochs >= args.patience:
+            break
+    return best, best_state
+
+
+def cmd_train(args):
+    apply_preset(args, PRESETS["train"])
+    device = common.pick_device(args.device)
+    glyphs, names = load_glyphs(args.data)
+    split = make_split(len(glyphs), **split_args(args))
+    data = {part: tuple(t.to(device) for t in labeled_examples(glyphs, split, part)) for part in ("train", "val")}
+    pi, pi_ckpt = None, None
+    if args.method == "composed":
+        pi_ckpt = load_checkpoint(args.denoiser, "denoiser")
+        if pi_ckpt["split"] != split_args(args):
+            print(f"warning: {args.denoiser} was trained with split {pi_ckpt['split']}, this run uses "
+                  f"{split_args(args)}: the denoiser may have seen some of these val/test images")
+        pi = build_denoiser(pi_ckpt).to(device)
+    print(f"{args.method}: {len(split['labeled'])} fonts, {len(data['train'][2])} train / "
+          f"{len(data['val'][2])} val examples; L2 grid {args.l2}")
+    results = {}
+    best = (math.inf, None, None)
+    for l2 in args.l2:   # tune the L2 strength on the validation set
+        val, state = fit(args, len(split["labeled"]), data, pi, l2, device)
+        results[l2] = val
+        print(f"l2 {l2:g}: best val MSE {val:.4f}")
+        if val < best[0]:
+            best = (val, l2, state)
+    val, l2, state = best
+    print(f"chose l2 {l2:g} (val MSE {val:.4f})")
+    common.save_checkpoint(args.out, dict(kind="predictor", method=args.method,
+                                          config=dict(n_fonts=len(split["labeled"]), dropout=args.dropout),
+                                          state_dict=state, denoiser=pi_ckpt, l2=l2, val_mse=val,
+                                          val_by_l2={str(k): v for k, v in results.items()}, split=split_args(args),
+                                          labeled_names=[names[i] for i in split["labeled"]], args=vars(args)))
+    print(f"wrote {args.out}")
+
+
+# ============================================================================
+# Evaluation: the test-MSE table and a picture like Figure 5
+# ============================================================================
+
+def load_for_eval(path, glyphs, names):
+    ckpt = load_checkpoint(path, "predictor")
+    split = make_split(len(glyphs), **ckpt["split"], verbose=False)
+    if [names[i] for i in split["labeled"]] != ckpt["labeled_names"]:
+        die(f"{path} was trained on other fonts than those in the glyphs file")
+    f, pi = build_predictor(ckpt)
+    return ckpt, split, f, pi
+
+
+def cmd_evaluate(args):
+    glyphs, names = load_glyphs(args.data)
+    paths = args.checkpoints or sorted(p for p in glob.glob(os.path.join(args.runs, "*.pt"))
+                                       if load_checkpoint(p)["kind"] == "predictor")
+    if not paths:
+        die(f"no predictor checkpoint in {args.runs}: run `python fonts.py train` first")
+    print("| checkpoint | method | denoiser | unlabeled fonts | dropout | L2 | train | test | "
+          "base MSE | test MSE | paper |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for path in paths:
+        ckpt, split, f, pi = load_for_eval(path, glyphs, names)
+        test = labeled_examples(glyphs, split, "test")
+        mse = batched_mse(f, pi, *test)
+        base = batched_mse(f, None, *test) if pi is not None else None
+        d = ckpt["denoiser"]
+        key = (ckpt["method"] + ("+dropout" if ckpt["config"]["dropout"] else ""), d["corruption"] if d else None)
+        default_data = len(split["train"]) == 2500 and not (d and d["args"]["unlabeled_fonts"] is not None)
+        paper = PAPER.get(key) if default_data else None   # the sweeps' numbers: see the README
+        print(f"| {os.path.basename(path)} | {ckpt['method']} | {d['corruption'] if d else '-'} | "
+              f"{d['unlabeled_fonts'] if d else '-'} | {ckpt['config']['dropout']:g} | {ckpt['l2']:g} | "
+              f"{len(split['train'])} | {len(test[2])} | {'-' if base is None else f'{base:.3f}'} | "
+              f"{mse:.3f} | {'-' if paper is None else paper} |", flush=True)
+    direct, composed = (os.path.join(args.runs, m + ".pt") for m in ("direct", "composed"))
+    if os.path.exists(direct) and os.path.exists(composed):
+        save_samples(glyphs, names, direct, composed, args.png, args.seed)
+
+
+def panel(images, title, in_train):
+    """A grid of glyphs (rows: fonts, columns: A-J) with a title; a thin gray frame marks the
+    glyphs that were training examples, the others had to be generalised to."""
+    cell, pad = SIZE * 2, 2
+    n_rows, n_cols = images.shape[:2]
+    img = Image.new("RGB", (n_cols * (cell + pad) + pad, n_rows * (cell + pad) + pad + 20), "white")
+    draw = ImageDraw.Draw(img)
+    draw.text((4, 2), title, fill="black", font=ImageFont.load_default(size=14))
+    for r in range(n_rows):
+        for c in range(n_cols):
+            x, y = pad + c * (cell + pad), 20 + pad + r * (cell + pad)
+            glyph = Image.fromarray(255 - images[r, c]).resize((cell, cell), Image.NEAREST)  # black ink on white
+            img.paste(glyph.convert("RGB"), (x, y))
+            if in_train[r, c]:
+                draw.rectangle([x - 1, y - 1, x + cell, y + cell], outline=(160, 160, 160))
+    return img
+
+
+def save_samples(glyphs, names, direct_path, composed_path, png, seed):
+    """Figure 5: letters A-J of 10 random labeled fonts: target / direct / composed / base."""
+    _, split, f_direct, _ = load_for_eval(direct_path, glyphs, names)
+    ckpt, split_c, f_base, pi = load_for_eval(composed_path, glyphs, names)
+    if not np.array_equal(split["labeled"], split_c["labeled"]):
+        die("direct and composed checkpoints use different labeled fonts")
+    n = min(10, len(split["labeled"]))
+    rows = np.random.default_rng(seed).choice(len(split["labeled"]), n, replace=False)
+    cols = [CHARS.index(c) for c in "ABCDEFGHIJ"]
+    font_ids, char_ids = torch.tensor(np.repeat(rows, 10)), torch.tensor(np.tile(cols, n))
+
+    def to_u8(t):   # [-1, 1] model outputs -> uint8 glyphs, (fonts, letters, 32, 32)
+        return ((t.numpy() + 1) * 127.5).round().clip(0, 255).astype(np.uint8).reshape(n, 10, SIZE, SIZE)
+
+    with torch.no_grad():
+        base = f_base(font_ids, char_ids)
+        outs = [glyphs[split["labeled"][rows]][:, cols], to_u8(f_direct(font_ids, char_ids)),
+                to_u8(pi(base)), to_u8(base)]
+    train = {tuple(p) for p in split["train"].tolist()}
+    in_train = np.array([[(r, c) in train for c in cols] for r in rows])
+    titles = ["target", "direct f(x)", f"composed Pi(f(x)), Pi: {ckpt['denoiser']['corruption']}", "base f(x)"]
+    panels = [panel(o, t, in_train) for o, t in zip(outs, titles)]
+    grid = Image.new("RGB", (sum(p.width for p in panels) + 10 * 3, panels[0].height), "white")
+    for i, p in enumerate(panels):
+        grid.paste(p, (i * (p.width + 10), 0))
+    os.makedirs(os.path.dirname(png) or ".", exist_ok=True)
+    grid.save(png)
+    print(f"wrote {png} (fonts: {', '.join(names[split['labeled'][r]] for r in rows[:3])}, ...)")
+
+
+# ============================================================================
+# Command line
+# ============================================================================
+
+def main(argv=None):
+    parser = common.ArgumentParser(prog="fonts.py", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("render", help="render 0-9A-Za-z of every usable font file")
+    p.add_argument("--font-dir", action="append", default=[], help="extra folder of .ttf/.otf/.ttc (repeatable)")
+    p.add_argument("--no-system-fonts", action="store_true", help="only look in --font-dir")
+    p.add_argument("--render-size", type=int, default=64, help="font size in pixels before downscaling")
+    p.add_argument("--duplicate-mse", type=float, default=0.003, help="closer than this to a kept font = duplicate")
+    p.add_argument("--out", default="data/fonts/glyphs.npz")
+
+    def common_args(p):
+        p.add_argument("--data", default="data/fonts/glyphs.npz")
+        p.add_argument("--preset", choices=["cpu", "paper", "tiny"], default="cpu")
+        p.add_argument("--labeled-fonts", type=int, default=100)
+        p.add_argument("--n-train", type=int, default=2500, help="labeled training examples")
+        p.add_argument("--n-val", type=int, default=100)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--batch-size", type=int)
+        p.add_argument("--lr", type=float)
+        p.add_argument("--device", help="default: cuda if available, else cpu")
+
+    p = sub.add_parser("denoiser", help="pre-train the U-Net denoiser on unlabeled fonts")
+    common_args(p)
+    p.add_argument("--corruption", choices=["blur", "emboss", "contrast"], default="blur")
+    p.add_argument("--unlabeled-fonts", type=int, help="use only the first N unlabeled fonts (default: all)")
+    p.add_argument("--steps", type=int)
+    p.add_argument("--width", type=int, help="U-Net channels at the first level")
+    p.add_argument("--unet-dropout", type=float)
+    p.add_argument("--log-every", type=int, default=100)
+    p.add_argument("--out", default="runs/fonts/denoiser.pt")
+
+    p = sub.add_parser("train", help="train a direct or a composed predictor")
+    common_args(p)
+    p.add_argument("--method", required=True, help="direct or composed")
+    p.add_argument("--denoiser", default="runs/fonts/denoiser.pt")
+    p.add_argument("--l2", type=float, nargs="+", help="L2 strengths to try (tuned on validation)")
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--patience", type=int, help="stop after this many epochs without a better val MSE")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--out", help="default: runs/fonts/<method>.pt")
+
+    p = sub.add_parser("evaluate", help="test MSE table and a sample grid like Figure 5")
+    p.add_argument("checkpoints", nargs="*", help="predictor checkpoints (default: all in --runs)")
+    p.add_argument("--data", default="data/fonts/glyphs.npz")
+    p.add_argument("--runs", default="runs/fonts")
+    p.add_argument("--png", default="runs/fonts/samples.png")
+    p.add_argument("--seed", type=int, default=0)
+
+    args = parser.parse_args(argv)
+    if args.cmd == "train":
+        if args.method not in ("direct", "composed"):
+            parser.error(f"unknown --method {args.method!r} (choose direct or composed)")
+        args.out = args.out or f"runs/fonts/{args.method}.pt"
+    {"render": cmd_render, "denoiser": cmd_denoiser, "train": cmd_train, "evaluate": cmd_evaluate}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Tests for fonts.py and the U-Net of common.py. They only use Pillow's built-in scalable font
+(Aileron, `ImageFont.load_default(size=...)`), so nothing has to be installed."""
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+from PIL import ImageFont
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import fonts  # noqa: E402
+from common import UNet  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def aileron():
+    return fonts.render_font(ImageFont.load_default(size=48))
+
+
+def ink_rows(glyph):
+    return np.nonzero(glyph.any(1))[0]
+
+
+def test_render_shapes_margin_and_shared_baseline(aileron):
+    g = aileron
+    assert g.shape == (62, 32, 32) and g.dtype == np.uint8
+    assert all(glyph.max() > 200 for glyph in g)              # every glyph has solid ink
+    border = np.concatenate([g[:, 0], g[:, -1], g[:, :, 0], g[:, :, -1]], axis=1)
+    assert border.max() == 0                                   # a 1-pixel margin everywhere
+    up, low = fonts.CHARS.index("O"), fonts.CHARS.index("o")
+    assert len(ink_rows(g[up])) > len(ink_rows(g[low])) + 3   # one scale per font: 'O' taller than 'o'
+    bottoms = {ink_rows(g[fonts.CHARS.index(c)])[-1] for c in "ABEHMZ"}
+    assert max(bottoms) - min(bottoms) <= 1                     # capitals sit on one baseline
+
+
+def test_render_rejects_blank_and_missing_glyphs():
+    font = ImageFont.load_default(size=48)
+    assert fonts.render_font(font, chars="A ").startswith("blank glyph")
+    assert isinstance(fonts.render_font(font, chars="A\u4e2d"), str)   # no CJK in Aileron
+    assert not isinstance(fonts.render_font(font, chars="AB"), str)
+
+
+def test_duplicate_filter(aileron):
+    dedup = fonts.DuplicateFilter()
+    assert dedup.add(aileron)
+    assert not dedup.add(aileron.copy())                                       # the same design twice
+    noisy = np.clip(aileron + np.random.default_rng(0).integers(-3, 4, aileron.shape), 0, 255)
+    assert not dedup.add(noisy.astype(np.uint8))                               # a slightly different build
+    bold = np.maximum(aileron, np.roll(aileron, 1, axis=2))                    # a bolder style
+    bold = np.maximum(bold, np.roll(bold, 1, axis=1))
+    assert dedup.add(bold)
+    assert len(dedup.kept) == 2
+
+
+def test_render_command_on_font_files(tmp_path, capsys):
+    ttf = ImageFont.load_default(size=20).path.getvalue()      # Pillow's embedded Aileron .ttf bytes
+    (tmp_path / "a.ttf").write_bytes(ttf)
+    (tmp_path / "copy.ttf").write_bytes(ttf)
+    (tmp_path / "broken.ttf").write_bytes(b"not a font")
+    out = tmp_path / "glyphs.npz"
+    fonts.main(["render", "--no-system-fonts", "--font-dir", str(tmp_path), "--out", str(out)])
+    log = capsys.readouterr().out
+    assert "found 3 font files" in log and "kept 1 fonts" in log
+    assert "near-duplicate" in log and "unreadable" in log
+    glyphs, names = fonts.load_glyphs(str(out))
+    assert glyphs.shape == (1, 62, 32, 32) and "Aileron" in names[0]
+
+
+def test_split_sizes_and_disjointness(capsys):
+    s = fonts.make_split(300)
+    assert len(s["labeled"]) == 100 and len(s["unlabeled"]) == 200
+    assert not set(s["labeled"]) & set(s["unlabeled"])
+    sizes = [len(s[p]) for p in ("train", "val", "test")]
+    assert sizes == [2500, 100, 3600]
+    pairs = [tuple(p) for part in ("train", "val", "test") for p in s[part].tolist()]
+    assert len(set(pairs)) == 6200                              # disjoint and complete
+    assert max(p[0] for p in pairs) == 99 and max(p[1] for p in pairs) == 61
+    assert np.array_equal(fonts.make_split(300)["train"], s["train"])    # deterministic
+    assert capsys.readouterr().out == ""
+    small = fonts.make_split(50)                                 # too few fonts: shrink, and say so
+    assert len(small["labeled"]) == 25 and len(small["train"]) == 625
+    assert "only 50 usable fonts" in capsys.readouterr().out
+
+
+def test_corruptions(aileron):
+    rng = np.random.default_rng(0)
+    g = aileron[fonts.CHARS.index("H")]
+    blur = fonts.corrupt_batch(np.stack([g] * 20), "blur", rng)
+    assert blur.shape == (20, 32, 32) and blur.dtype == np.uint8
+    radii_differ = len({b.tobytes() for b in blur}) > 10        # radius ~ U[0, 2], fresh each call
+    assert radii_differ and np.mean([(b.astype(int) - g).__abs__().mean() for b in blur]) > 2
+    assert abs(blur.astype(float).mean() - g.mean()) < 3         # a blur moves ink, keeps its amount
+    emboss = fonts.corrupt(g, "emboss", rng)
+    assert np.median(emboss) == 128 and emboss.min() < 100 and emboss.max() > 160
+    contrast = fonts.corrupt(g, "contrast", rng).astype(float)
+    assert contrast.std() == pytest.approx(g.std() / 2, rel=0.05)
+
+
+def test_unet_shapes_and_range():
+    for width in (4, 8):
+        out = UNet(width=width)(torch.randn(3, 1, 32, 32) * 3)
+        assert out.shape == (3, 1, 32, 32)
+        assert out.abs().max() <= 1
+
+
+def test_composed_step_lowers_loss_and_leaves_denoiser_untouched():
+    torch.manual_seed(0)
+    f = fonts.GlyphMLP(n_fonts=4)
+    pi = fonts.freeze(UNet(width=4))
+    before = {k: v.clone() for k, v in pi.state_dict().items()}
+    font_ids, chars = torch.arange(8) % 4, torch.arange(8)
+    targets = torch.rand(8, 1, 32, 32) * 2 - 1
+    opt = torch.optim.Adam(f.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(10):
+        f.train()
+        loss = fonts.composed_loss(f, pi, font_ids, chars, targets)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] - 1e-3
+    assert all(p.grad is None for p in pi.parameters())
+    assert all(torch.equal(before[k], v) for k, v in pi.state_dict().items())   # bit-identical
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in f.parameters())
+
+
+def test_whole_chain_with_tiny_preset(tmp_path, aileron, capsys):
+    # 20 "fonts": Aileron shifted around, enough for 10 labeled fonts and a Figure-5 grid.
+    glyphs = np.stack([np.roll(aileron, (i % 5 - 2, i // 5 - 2), axis=(1, 2)) for i in range(20)])
+    data = str(tmp_path / "glyphs.npz")
+    np.savez(data, glyphs=glyphs, names=np.array([f"font{i}" for i in range(20)]))
+    runs = tmp_path / "runs"
+    common = ["--data", data, "--preset", "tiny"]
+    fonts.main(["denoiser", *common, "--out", str(runs / "denoiser.pt")])
+    fonts.main(["train", "--method", "direct", *common, "--out", str(runs / "direct.pt")])
+    fonts.main(["train", "--method", "composed", *common, "--denoiser", str(runs / "denoiser.pt"),
+                "--out", str(runs / "composed.pt")])
+    ckpt = fonts.load_checkpoint(str(runs / "composed.pt"), "predictor")
+    assert ckpt["denoiser"]["corruption"] == "blur" and ckpt["l2"] in (0, 1e-4)
+    assert set(ckpt["val_by_l2"]) == {"0", "0.0001"}
+    capsys.readouterr()
+    png = tmp_path / "samples.png"
+    fonts.main(["evaluate", "--data", data, "--runs", str(runs), "--png", str(png)])
+    table = capsys.readouterr().out
+    assert "| composed.pt | composed | blur |" in table and "| direct.pt | direct | - |" in table
+    assert png.exists() and png.stat().st_size > 1000
+    assert not list(runs.glob("*.tmp"))                          # checkpoints written atomically
+
+
+def test_bad_input_exits_with_code_2(tmp_path):
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"junk")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for argv in (["evaluate", str(junk), "--data", str(junk)],
+                 ["evaluate", "--data", str(tmp_path / "missing.npz")],
+                 ["render", "--no-system-fonts", "--font-dir", str(empty), "--out", str(tmp_path / "g.npz")],
+                 ["train", "--method", "reinforce"]):
+        with pytest.raises(SystemExit) as e:
+            fonts.main(argv)
+        assert e.value.code == 2
