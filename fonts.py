@@ -17,7 +17,6 @@ import glob
 import math
 import os
 import string
-import sys
 import time
 
 import numpy as np
@@ -50,12 +49,6 @@ PRESETS = {   # flags left unset take their value from the preset
         "tiny":  dict(epochs=2, patience=2, batch_size=64, lr=1e-3, l2=[0, 1e-4]),
     },
 }
-
-
-def die(msg):
-    """Bad input: one line on stderr, exit code 2 (like argparse)."""
-    print(f"fonts.py: error: {msg}", file=sys.stderr)
-    sys.exit(2)
 
 
 # ============================================================================
@@ -148,7 +141,7 @@ def cmd_render(args):
     dirs = ([] if args.no_system_fonts else FONT_DIRS) + args.font_dir
     paths = find_font_files(dirs)
     if not paths:
-        die(f"no .ttf/.otf/.ttc font files found in {dirs}")
+        raise common.UsageError(f"no .ttf/.otf/.ttc font files found in {dirs}")
     glyphs, names, skipped = [], [], {}
     dedup = DuplicateFilter(args.duplicate_mse)
     t0 = time.time()
@@ -177,7 +170,7 @@ def cmd_render(args):
     for why, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         print(f"  skipped {n:5d}: {why}")
     if not glyphs:
-        die("no usable font: each lacks some of the 62 glyphs 0-9A-Za-z")
+        raise common.UsageError("no usable font: each lacks some of the 62 glyphs 0-9A-Za-z")
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     tmp = args.out + ".tmp.npz"
     np.savez_compressed(tmp, glyphs=np.stack(glyphs), names=np.array(names))
@@ -206,7 +199,7 @@ def make_split(n_fonts, labeled_fonts=100, n_train=2500, n_val=100, seed=0, verb
         labeled_fonts = shrunk
     n_pairs = labeled_fonts * len(CHARS)
     if n_train + n_val >= n_pairs:
-        die(f"--n-train {n_train} + {n_val} val leaves no test example out of {n_pairs}")
+        raise common.UsageError(f"--n-train {n_train} + {n_val} val leaves no test example out of {n_pairs}")
     rng = np.random.default_rng(seed)
     fonts = rng.permutation(n_fonts)
     pairs = rng.permutation(n_pairs)
@@ -218,12 +211,12 @@ def make_split(n_fonts, labeled_fonts=100, n_train=2500, n_val=100, seed=0, verb
 
 def load_glyphs(path):
     if not os.path.exists(path):
-        die(f"{path} not found: run `python fonts.py render` first")
+        raise common.UsageError(f"{path} not found: run `python fonts.py render` first")
     try:
         with np.load(path) as d:
             return d["glyphs"], [str(n) for n in d["names"]]
     except Exception as e:
-        die(f"{path} is not a glyphs file from `fonts.py render` ({e.__class__.__name__})")
+        raise common.UsageError(f"{path} is not a glyphs file from `fonts.py render` ({e.__class__.__name__})")
 
 
 def to_float(images):
@@ -344,14 +337,14 @@ def progress(msg, done, total, t0):
 
 def load_checkpoint(path, kind=None):
     if not os.path.exists(path):
-        die(f"{path} not found")
+        raise common.UsageError(f"{path} not found")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         assert isinstance(ckpt, dict) and ckpt.get("kind") in ("denoiser", "predictor")
     except Exception:
-        die(f"{path} is not a fonts.py checkpoint")
+        raise common.UsageError(f"{path} is not a fonts.py checkpoint")
     if kind and ckpt["kind"] != kind:
-        die(f"{path} is a {ckpt['kind']} checkpoint, expected a {kind}")
+        raise common.UsageError(f"{path} is a {ckpt['kind']} checkpoint, expected a {kind}")
     return ckpt
 
 
@@ -499,7 +492,7 @@ def load_for_eval(path, glyphs, names):
     ckpt = load_checkpoint(path, "predictor")
     split = make_split(len(glyphs), **ckpt["split"], verbose=False)
     if [names[i] for i in split["labeled"]] != ckpt["labeled_names"]:
-        die(f"{path} was trained on other fonts than those in the glyphs file")
+        raise common.UsageError(f"{path} was trained on other fonts than those in the glyphs file")
     f, pi = build_predictor(ckpt)
     return ckpt, split, f, pi
 
@@ -509,7 +502,7 @@ def cmd_evaluate(args):
     paths = args.checkpoints or sorted(p for p in glob.glob(os.path.join(args.runs, "*.pt"))
                                        if load_checkpoint(p)["kind"] == "predictor")
     if not paths:
-        die(f"no predictor checkpoint in {args.runs}: run `python fonts.py train` first")
+        raise common.UsageError(f"no predictor checkpoint in {args.runs}: run `python fonts.py train` first")
     print("| checkpoint | method | denoiser | unlabeled fonts | dropout | L2 | train | test | "
           "base MSE | test MSE | paper |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -554,7 +547,7 @@ def save_samples(glyphs, names, direct_path, composed_path, png, seed):
     _, split, f_direct, _ = load_for_eval(direct_path, glyphs, names)
     ckpt, split_c, f_base, pi = load_for_eval(composed_path, glyphs, names)
     if not np.array_equal(split["labeled"], split_c["labeled"]):
-        die("direct and composed checkpoints use different labeled fonts")
+        raise common.UsageError("direct and composed checkpoints use different labeled fonts")
     n = min(10, len(split["labeled"]))
     rows = np.random.default_rng(seed).choice(len(split["labeled"]), n, replace=False)
     cols = [CHARS.index(c) for c in "ABCDEFGHIJ"]
@@ -638,7 +631,8 @@ def main(argv=None):
         if args.method not in ("direct", "composed"):
             parser.error(f"unknown --method {args.method!r} (choose direct or composed)")
         args.out = args.out or f"runs/fonts/{args.method}.pt"
-    {"render": cmd_render, "denoiser": cmd_denoiser, "train": cmd_train, "evaluate": cmd_evaluate}[args.cmd](args)
+    work = {"render": cmd_render, "denoiser": cmd_denoiser, "train": cmd_train, "evaluate": cmd_evaluate}[args.cmd]
+    common.run_main("fonts.py", work, args)  # bad input: one line on stderr, exit code 2
 
 
 if __name__ == "__main__":

@@ -149,7 +149,7 @@ def test_whole_chain_with_tiny_preset(tmp_path, aileron, capsys):
     assert not list(runs.glob("*.tmp"))                          # checkpoints written atomically
 
 
-def test_bad_input_exits_with_code_2(tmp_path):
+def test_bad_input_exits_with_code_2(tmp_path, capsys):
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"junk")
     empty = tmp_path / "empty"
@@ -161,3 +161,5 @@ def test_bad_input_exits_with_code_2(tmp_path):
         with pytest.raises(SystemExit) as e:
             fonts.main(argv)
         assert e.value.code == 2
+        stderr = capsys.readouterr().err.strip().splitlines()
+        assert len(stderr) == 1 and stderr[0].startswith("fonts.py: error: "), stderr
