@@ -5,7 +5,7 @@ Table of contents
   2. Transformer                the encoder-decoder of the SansType experiments, with cached decoding
   3. U-Net                      the image denoiser of the font experiment (fonts.py)
   4. Corruptions                code-based and random-deletion noise for denoiser pre-training
-  5. Losses                     sequence cross entropy
+  5. Losses                     sequence cross entropy; composed fine-tuning's REINFORCE loss (Eq. 1)
   6. Checkpoints                self-contained model files
   7. Training loop              presets, batches, early stopping, resume
   8. Judge                      compile and run SansType programs, safely and in batches
@@ -45,6 +45,9 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 # The statement separator, the block indentation and the pseudocode's indentation word are always one
 # piece each ("▁" is sentencepiece's word-initial space), so a model sees program structure directly.
 STRUCTURE_PIECES = ["▁$", "▁~", "▁TAB"]
+# Decoders never output these: an output's ids are then exactly the tokens that were chosen, which
+# keeps the REINFORCE log-probabilities of sampled outputs exact.
+NEVER_GENERATED = [PAD_ID, BOS_ID]
 
 
 def train_tokenizer(lines, vocab_size):
@@ -118,7 +121,10 @@ class TransformerConfig:
 # cpu: a smaller model that trains in minutes on 2 cores. smoke: tiny, for the tests.
 MODEL_PRESETS = {
     "paper": dict(d_model=256, n_heads=2, encoder_layers=3, decoder_layers=3, d_ff=1024),
-    "cpu": dict(d_model=128, n_heads=4, encoder_layers=2, decoder_layers=2, d_ff=512),
+    # No attention or activation dropout on the CPU: their random masks took a third of a training
+    # step (and attention dropout pushes SDPA off its fused path); the time goes to more epochs.
+    "cpu": dict(d_model=128, n_heads=4, encoder_layers=2, decoder_layers=2, d_ff=512,
+                attention_dropout=0.0, activation_dropout=0.0),
     "smoke": dict(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64),
 }
 
@@ -248,11 +254,13 @@ class Transformer(nn.Module):
         return self.decode(tgt_in, *self.encode(src))
 
     @torch.no_grad()
-    def generate(self, src, max_len: int = 200, sample: bool = False, use_cache: bool = True):
+    def generate(self, src, max_len: int = 200, sample: bool = False, use_cache: bool = True, repeat: int = 1):
         """Greedy (or, with sample=True, ancestral) decoding of a batch, stopping each sequence
-        at EOS. Returns the token ids without BOS/EOS, one list per source."""
+        at EOS. Returns the token ids without BOS/EOS, one list per source (`repeat` lists per
+        source, one after another, with the source encoded once)."""
         memory, memory_mask = self.encode(src)
-        B = src.shape[0]
+        memory, memory_mask = memory.repeat_interleave(repeat, 0), memory_mask.repeat_interleave(repeat, 0)
+        B = memory.shape[0]
         tokens = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)
         finished = torch.zeros(B, dtype=torch.bool, device=src.device)
         cache = [{} for _ in self.decoder] if use_cache else None
@@ -261,8 +269,11 @@ class Transformer(nn.Module):
                 logits = self.decode(tokens[:, -1:], memory, memory_mask, cache, start=step)[:, -1]
             else:  # re-run the decoder over the whole prefix: the slow reference for the cache
                 logits = self.decode(tokens, memory, memory_mask)[:, -1]
-            if sample:
-                next_token = torch.multinomial(F.softmax(logits.float(), dim=-1), 1).squeeze(1)
+            logits[:, NEVER_GENERATED] = float("-inf")
+            if sample:  # inverse-CDF draw: one uniform per row (torch.multinomial draws one per class)
+                cdf = F.softmax(logits.float(), dim=-1).cumsum(dim=-1)
+                uniform = torch.rand(B, 1, device=src.device) * cdf[:, -1:]
+                next_token = torch.searchsorted(cdf, uniform).squeeze(1).clamp(max=logits.shape[-1] - 1)
             else:
                 next_token = logits.argmax(dim=-1)
             next_token = next_token.masked_fill(finished, PAD_ID)
@@ -288,6 +299,7 @@ class Transformer(nn.Module):
         for step in range(max_len):
             logits = self.decode(tokens[:, -1:], memory, memory_mask, cache, start=step)[:, -1]
             log_probs = F.log_softmax(logits.float(), dim=-1)
+            log_probs[:, NEVER_GENERATED] = float("-inf")
             log_probs[finished] = float("-inf")
             log_probs[finished, PAD_ID] = 0.0  # a finished hypothesis only grows padding, for free
             top, index = (scores.view(-1, 1) + log_probs).view(B, beam * V).topk(beam, dim=1)
@@ -305,19 +317,34 @@ class Transformer(nn.Module):
         return [strip_special(row) for row in chosen[:, 1:].tolist()]
 
 
+def max_output_length(model, src) -> int:
+    """Where decoding gives up on a batch: code is about 1.2x as long as its pseudocode."""
+    return min(2 * src.shape[1] + 10, model.config.max_positions)
+
+
 @torch.no_grad()
-def translate(model, tokenizer, texts: list[str], batch_size: int, sample: bool = False, beam: int = 1) -> list[str]:
-    """Greedy (or sampled, or beam-searched) outputs of a seq2seq model for a list of texts."""
+def translate(model, tokenizer, texts: list[str], batch_size: int, sample: bool = False, beam: int = 1,
+              progress: bool = False) -> list[str]:
+    """Greedy (or sampled, or beam-searched) outputs of a seq2seq model for a list of texts,
+    decoded in batches of similar source length (less padding) and returned in input order."""
     device = next(model.parameters()).device
     model.eval()
-    outputs = []
-    for start in range(0, len(texts), batch_size):
-        src = pad([ids + [EOS_ID] for ids in tokenizer.encode(texts[start:start + batch_size])])
-        max_len = min(2 * src.shape[1] + 10, model.config.max_positions)  # code is ~1.2x its pseudocode
+    sources = tokenizer.encode(texts)
+    order = sorted(range(len(texts)), key=lambda i: len(sources[i]))
+    outputs = [""] * len(texts)
+    meter = Progress(len(texts), "decoding") if progress else None
+    for start in range(0, len(order), batch_size):
+        chosen = order[start:start + batch_size]
+        src = pad([sources[i] + [EOS_ID] for i in chosen]).to(device)
+        max_len = max_output_length(model, src)
         if beam > 1:
-            outputs += tokenizer.decode(model.beam_search(src.to(device), beam, max_len))
+            ids = model.beam_search(src, beam, max_len)
         else:
-            outputs += tokenizer.decode(model.generate(src.to(device), max_len=max_len, sample=sample))
+            ids = model.generate(src, max_len=max_len, sample=sample)
+        for i, text in zip(chosen, tokenizer.decode(ids)):
+            outputs[i] = text
+        if meter:
+            meter.step(len(chosen))
     return outputs
 
 
@@ -440,6 +467,73 @@ def sequence_loss(logits, targets, label_smoothing: float = 0.0):
                            label_smoothing=label_smoothing)
 
 
+def output_log_probs(model, memory, memory_mask, outputs: list[list[int]], finished: list[bool]):
+    """log p(output | source) for each row, summed over its tokens, with gradients, given the
+    encoded sources (model.encode, one row per output): the decoder reads BOS + output and
+    scores output (+ EOS if the output finished; a decode cut at max_len never chose EOS)."""
+    tgt = pad([[BOS_ID] + ids + [EOS_ID] for ids in outputs])
+    tgt_in, tgt_out = tgt[:, :-1].to(memory.device), tgt[:, 1:].clone()
+    for row, (ids, done) in enumerate(zip(outputs, finished)):
+        if not done:
+            tgt_out[row, len(ids)] = PAD_ID
+    tgt_out = tgt_out.to(memory.device)
+    logits = model.decode(tgt_in, memory, memory_mask).float()
+    logits[..., NEVER_GENERATED] = float("-inf")  # as the sampler does: its distribution, exactly
+    log_probs = F.log_softmax(logits, dim=-1)
+    token_log_probs = log_probs.gather(-1, tgt_out[..., None]).squeeze(-1)
+    return token_log_probs.masked_fill(tgt_out == PAD_ID, 0.0).sum(dim=1)  # (not * mask: -inf * 0 is nan)
+
+
+def composed_loss(model, denoiser, src, tgt_in, tgt_out, samples: int = 2, leave_one_out: bool = True,
+                  gamma: float = -50.0, clamp: str = "reward", composed_weight: float = 0.1, lam: float = 1.0,
+                  label_smoothing: float = 0.0, max_len: int | None = None):
+    """Composed fine-tuning's loss for one batch: minus Eq. 1,
+
+        max_theta  E_{y' ~ p_theta(.|x)}[ log p_beta(y | y') ]  +  lambda * E[ log p_theta(y | x) ]
+
+    with the denoiser p_beta frozen. The first term's gradient is REINFORCE's (Appendix D),
+        E_{y'}[ (log p_beta(y | y') - b) * grad log p_theta(y' | x) ],
+    from `samples` outputs y' per input drawn by ancestral sampling. b = 0 is the paper's
+    estimator; leave_one_out uses the mean reward of the other samples of the same input, which
+    keeps the estimate unbiased and cuts its variance (tests/bench_composed.py measures by how much).
+    The paper's text clamps the reward log p_beta(y | y') at gamma = -50 (clamp="reward", our
+    default); its released code clamps log p_theta(y' | x) instead (clamp="sample"), which stops
+    the gradient of samples less likely than e^gamma. Both terms are sums over a sequence's tokens
+    divided by the batch's gold tokens, so lambda weighs them as Eq. 1 does; the composed term is
+    then scaled by 0.1 (Appendix D: "the composed loss is roughly an order of magnitude larger").
+    """
+    gold = [strip_special(row) for row in tgt_out.tolist()]
+    n_tokens = int((tgt_out != PAD_ID).sum())
+    # Samples much longer than the longest gold program are wrong anyway; cutting them is part of
+    # the sampling distribution (the estimator stays exact for it), and a degenerate sample would
+    # otherwise run on to max_output_length.
+    max_len = max_len or min(max_output_length(model, src), tgt_out.shape[1] + 16)
+    was_training = model.training
+    model.eval()  # y' ~ p_theta(.|x) as it predicts at test time: no dropout (and faster)
+    sampled = model.generate(src, max_len=max_len, sample=True, repeat=samples)
+    model.train(was_training)
+    finished = [len(ids) < max_len for ids in sampled]
+    memory, memory_mask = model.encode(src)  # one encoder pass (with gradient) for both terms
+    log_p_sample = output_log_probs(model, memory.repeat_interleave(samples, 0),  # log p_theta(y'|x)
+                                    memory_mask.repeat_interleave(samples, 0), sampled, finished)
+    with torch.no_grad():  # the reward log p_beta(y|y'), the denoiser teacher-forced on the gold y
+        noisy = pad([ids + [EOS_ID] for ids in sampled]).to(src.device)
+        reward = output_log_probs(denoiser, *denoiser.encode(noisy), [y for y in gold for _ in range(samples)],
+                                  [True] * len(sampled))
+    if clamp == "reward":
+        reward = reward.clamp(min=gamma)
+    else:
+        log_p_sample = log_p_sample.clamp(min=gamma)
+    rewards = reward.view(-1, samples)
+    baseline = torch.zeros_like(rewards)
+    if leave_one_out and samples > 1:
+        baseline = (rewards.sum(dim=1, keepdim=True) - rewards) / (samples - 1)
+    advantage = (rewards - baseline).view(-1)
+    composed = -(advantage * log_p_sample).sum() / samples / n_tokens
+    direct = sequence_loss(model.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)  # -log p_theta(y|x)
+    return composed_weight * composed + lam * direct
+
+
 # ============================================================================
 # 6. Checkpoints
 # ============================================================================
@@ -526,12 +620,18 @@ def pick_device(name: str | None = None) -> torch.device:
 
 
 def batches(pairs: list, batch_size: int, rng: random.Random | None = None):
-    """(src, tgt_in, tgt_out) padded LongTensors from (source ids, target ids) pairs; shuffled
-    when an rng is given. The decoder reads BOS + target and predicts target + EOS."""
+    """(src, tgt_in, tgt_out) padded LongTensors from (source ids, target ids) pairs. The decoder
+    reads BOS + target and predicts target + EOS. Pairs of similar length share a batch, as in
+    fairseq: unsorted batches are half padding, which the CPU pays for in full. With an rng, ties
+    are broken at random and the batches come in random order."""
     order = list(range(len(pairs)))
     if rng is not None:
         rng.shuffle(order)
-    for start in range(0, len(order), batch_size):
+    order.sort(key=lambda i: (len(pairs[i][1]), len(pairs[i][0])))  # stable: shuffled ties stay shuffled
+    starts = list(range(0, len(order), batch_size))
+    if rng is not None:
+        rng.shuffle(starts)
+    for start in starts:
         chosen = [pairs[i] for i in order[start:start + batch_size]]
         src = pad([s + [EOS_ID] for s, _ in chosen])
         tgt = pad([[BOS_ID] + t + [EOS_ID] for _, t in chosen])
@@ -558,13 +658,33 @@ def validation_loss(model, pairs, batch_size, device) -> float:
     return total / tokens
 
 
-def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None):
+def sequence_loss_of_batch(model, src, tgt_in, tgt_out, args):
+    return sequence_loss(model(src, tgt_in), tgt_out, args.label_smoothing)
+
+
+@torch.no_grad()
+def composed_validation_loss(model, denoiser, pairs, batch_size, device) -> float:
+    """Composed fine-tuning's early-stopping criterion, as in the paper: the cross entropy of the
+    composition Pi(f(x)) on the gold y, where f decodes greedily and Pi is teacher-forced."""
+    model.eval()
+    repaired_pairs = []
+    for src, _, tgt_out in batches(pairs, batch_size):
+        max_len = max_output_length(model, src)
+        predictions = model.generate(src.to(device), max_len=max_len)
+        repaired_pairs += zip(predictions, [strip_special(row) for row in tgt_out.tolist()])
+    return validation_loss(denoiser, repaired_pairs, batch_size, device)
+
+
+def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
+        loss_fn=sequence_loss_of_batch, validate=None):
     """Train with AdamW and label smoothing, validate after every epoch, keep the best epoch
     (lowest validation loss) in out_dir/model.pt, and stop after `args.patience` epochs
     without improvement. train_pairs_for_epoch(epoch) gives that epoch's (src, tgt) id pairs
     (the denoiser corrupts afresh each epoch). trainable(epoch) may name the parameters to
     train (BART-style fine-tuning freezes the decoder first). With args.resume, continue
-    from out_dir/last.pt. `extra` is stored in every checkpoint (tokenizer bytes, ...)."""
+    from out_dir/last.pt. `extra` is stored in every checkpoint (tokenizer bytes, ...).
+    loss_fn(model, src, tgt_in, tgt_out, args) is the training loss of a batch and validate(model)
+    the early-stopping criterion (default: validation_loss on val_pairs)."""
     device = pick_device(args.device)
     model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay)
@@ -587,8 +707,8 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     while state["epoch"] < args.epochs and state["epoch"] - state["best_epoch"] < args.patience:
         epoch = state["epoch"] + 1
         train_loss = train_one_epoch(model, train_pairs_for_epoch(epoch), optimizer, scheduler, args, device,
-                                     trainable(epoch) if trainable else None, f"epoch {epoch}/{args.epochs}")
-        val_loss = validation_loss(model, val_pairs, args.batch_size, device)
+                                     trainable(epoch) if trainable else None, f"epoch {epoch}/{args.epochs}", loss_fn)
+        val_loss = validate(model) if validate else validation_loss(model, val_pairs, args.batch_size, device)
         state["epoch"] = epoch
         state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss})
         improved = val_loss < state["best_loss"]
@@ -603,7 +723,7 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     return state
 
 
-def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable, what) -> float:
+def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable, what, loss_fn) -> float:
     model.train()
     if trainable is not None:  # freeze the rest for this epoch
         names = set(trainable)
@@ -615,7 +735,7 @@ def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable,
     total, tokens, start = 0.0, 0, time.time()
     for src, tgt_in, tgt_out in batches(pairs, args.batch_size, rng):
         src, tgt_in, tgt_out = src.to(device), tgt_in.to(device), tgt_out.to(device)
-        loss = sequence_loss(model(src, tgt_in), tgt_out, args.label_smoothing)
+        loss = loss_fn(model, src, tgt_in, tgt_out, args)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)

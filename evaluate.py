@@ -3,13 +3,16 @@ gold output on the test's input (accuracy).
 
     python evaluate.py runs/standard/model.pt --splits test,ood                 # decode greedily, judge
     python evaluate.py runs/standard/model.pt --denoiser runs/denoiser/model.pt # Pi(f(x)): test-time denoiser
+    python evaluate.py runs/composed/model.pt                                   # composed: Pi(f(x)) by itself
+    python evaluate.py runs/composed/model.pt --denoiser none                   # its base predictor f alone
     python evaluate.py --table runs/*/                                           # our numbers beside the paper's
     python evaluate.py --predictions preds.txt --data data/sanstype --split test [--json summary.json]
 
-A model's verdicts go beside it, one JSON line per program (`eval_<split>[_denoised].jsonl`), with
-a summary (`eval_<split>[_denoised].json`). For --predictions (one program per line, in the order
-of the split's `.inp`/`.out`), they go to `preds.txt.verdicts.jsonl`. Verdicts: correct,
-wrong_output, compile_error (with the compiler's first error), runtime_error, timeout.
+A model's verdicts go beside it, one JSON line per program (`eval_<split>[_denoised][_random].jsonl`;
+_random when the denoiser in play was pre-trained on random deletions), with a summary (`.json`).
+For --predictions (one program per line, in the order of the split's `.inp`/`.out`), they go to
+`preds.txt.verdicts.jsonl`. Verdicts: correct, wrong_output, compile_error (with the compiler's
+first error), runtime_error, timeout.
 """
 import argparse
 import glob
@@ -18,19 +21,37 @@ import os
 
 import common
 
-# The paper's SansType numbers (compiled %, accuracy %), from Tables 1-4, keyed by
-# (method, layers of encoder + decoder, test-time denoiser, split).
+# The paper's SansType numbers (compiled %, accuracy %) from Tables 1-4, all with the code-based
+# denoiser, keyed by (method, deep, test-time denoiser, split). deep: the 12-layer rows, which we
+# run as twice the preset's layers. Composed models always apply their denoiser.
 PAPER = {
-    ("baseline", 6, False, "test"): (48.6, 36.6), ("baseline", 6, False, "ood"): (37.2, 14.2),
-    ("baseline", 6, True, "test"): (76.4, 58.4), ("baseline", 6, True, "ood"): (64.8, 29.0),
-    ("baseline", 12, False, "test"): (58.6, 41.6), ("baseline", 12, False, "ood"): (48.2, 22.4),
-    ("standard", 6, False, "test"): (86.8, 79.8), ("standard", 6, False, "ood"): (65.0, 42.4),
-    ("standard", 6, True, "test"): (87.3, 80.4), ("standard", 6, True, "ood"): (76.2, 49.8),
-    ("standard", 12, False, "test"): (87.0, 79.8), ("standard", 12, False, "ood"): (74.0, 58.4),
-    ("standard", 12, True, "test"): (None, 81.2),
-    ("bart", 6, False, "test"): (89.4, 83.2), ("bart", 6, True, "test"): (90.0, 83.6),
-    ("bart", 12, False, "test"): (87.8, 81.2),
+    ("baseline", False, False, "test"): (48.6, 36.6), ("baseline", False, False, "ood"): (37.2, 14.2),
+    ("baseline", False, True, "test"): (76.4, 58.4), ("baseline", False, True, "ood"): (64.8, 29.0),
+    ("baseline", True, False, "test"): (58.6, 41.6), ("baseline", True, False, "ood"): (48.2, 22.4),
+    ("standard", False, False, "test"): (86.8, 79.8), ("standard", False, False, "ood"): (65.0, 42.4),
+    ("standard", False, True, "test"): (87.3, 80.4), ("standard", False, True, "ood"): (76.2, 49.8),
+    ("standard", True, False, "test"): (87.0, 79.8), ("standard", True, False, "ood"): (74.0, 58.4),
+    ("standard", True, True, "test"): (None, 81.2),
+    ("composed", False, True, "test"): (90.4, 84.4), ("composed", False, True, "ood"): (81.6, 52.8),
+    ("bart", False, False, "test"): (89.4, 83.2), ("bart", False, True, "test"): (90.0, 83.6),
+    ("bart", True, False, "test"): (87.8, 81.2), ("composed+bart", False, True, "test"): (91.4, 85.4),
+    ("backtranslation", False, False, "test"): (96.4, 86.4), ("backtranslation", False, True, "test"): (96.6, 86.0),
+    ("backtranslation", True, False, "test"): (98.8, 86.2),
+    ("composed+backtranslation", False, True, "test"): (96.8, 87.0),
 }
+# Table 5: the denoiser pre-trained on random word deletions instead (6 layers).
+PAPER_RANDOM_DELETIONS = {
+    ("baseline", True, "test"): (64.4, 46.2),
+    ("standard", False, "test"): (92.0, 81.2), ("standard", False, "ood"): (69.8, 54.0),
+    ("composed", True, "test"): (94.8, 86.2), ("composed", True, "ood"): (75.6, 60.2),
+}
+
+
+def paper_numbers(s: dict) -> tuple:
+    if s["corruption"] == "random":
+        return PAPER_RANDOM_DELETIONS.get((s["method"], s["denoised"], s["split"]), (None, None)) \
+            if not s["deep"] else (None, None)
+    return PAPER.get((s["method"], s["deep"], s["denoised"], s["split"]), (None, None))
 
 
 def load_split(data: str, split: str) -> tuple[list[str], list[str]]:
@@ -78,20 +99,27 @@ def judge_predictions(args):
 
 
 def evaluate_model(args):
-    """Model mode: decode every split greedily, optionally denoise, judge, write, print."""
+    """Model mode: decode every split greedily, denoise (given --denoiser, or a composed model's
+    own denoiser), judge, write, print."""
     checkpoint = common.load_checkpoint(args.model)
     spm = common.read_tokenizer_bytes(args.data)
     common.check_same_tokenizer(checkpoint["spm"], spm, args.model, f"{args.data}/spm.model")
     tokenizer = common.load_tokenizer(spm)
     device = common.pick_device(args.device)
     model = common.model_from_checkpoint(checkpoint).to(device)
-    denoiser = None
-    if args.denoiser:
+    denoiser, corruption = None, checkpoint.get("denoiser_corruption")
+    if args.denoiser and args.denoiser != "none":
         denoiser_checkpoint = common.load_checkpoint(args.denoiser)
         common.check_same_tokenizer(denoiser_checkpoint["spm"], spm, args.denoiser, f"{args.data}/spm.model")
-        denoiser = common.model_from_checkpoint(denoiser_checkpoint).to(device)
+        denoiser, corruption = common.model_from_checkpoint(denoiser_checkpoint), denoiser_checkpoint.get("corruption")
+    elif "denoiser" in checkpoint and args.denoiser != "none":  # a composed model is Pi(f(x))
+        denoiser = common.model_from_checkpoint(checkpoint["denoiser"])
+    denoiser = denoiser.to(device) if denoiser else None
     method = checkpoint.get("method", "?")
+    if method == "composed" and checkpoint.get("init_method") not in (None, "standard"):
+        method += "+" + checkpoint["init_method"]
     layers = model.config.encoder_layers + model.config.decoder_layers
+    preset_layers = 2 * common.MODEL_PRESETS[checkpoint["args"]["preset"]]["encoder_layers"]
 
     for split in args.splits.split(","):
         sources = common.read_lines(os.path.join(args.data, f"{split}.src"))
@@ -99,46 +127,71 @@ def evaluate_model(args):
         base = common.translate(model, tokenizer, sources, args.batch_size, beam=args.beam)
         programs = common.translate(denoiser, tokenizer, base, args.batch_size, beam=args.beam) if denoiser else base
         verdicts = common.judge_programs(programs, stdins, expected, progress=f"{split} programs")
-        name = f"eval_{split}{'_denoised' if denoiser else ''}{f'_beam{args.beam}' if args.beam > 1 else ''}"
+        name = f"eval_{split}{'_denoised' if denoiser else ''}{'_random' if corruption == 'random' else ''}" \
+               f"{f'_beam{args.beam}' if args.beam > 1 else ''}"  # Table 5's denoiser gets files of its own
         rows = [{"line": i + 1, "prediction": p, **({"base": b} if denoiser else {}), **v}
                 for i, (p, b, v) in enumerate(zip(programs, base, verdicts))]
         write_jsonl(os.path.join(os.path.dirname(args.model), name + ".jsonl"), rows)
-        summary = dict(summarize(verdicts), method=method, layers=layers, denoised=bool(denoiser), split=split,
-                       beam=args.beam, model=args.model, denoiser=args.denoiser)
+        summary = dict(summarize(verdicts), method=method, layers=layers, deep=layers >= 2 * preset_layers,
+                       corruption=corruption, denoised=bool(denoiser), split=split, beam=args.beam,
+                       model=args.model, denoiser=args.denoiser or ("(its own)" if denoiser else None))
         with open(os.path.join(os.path.dirname(args.model), name + ".json"), "w") as f:
             json.dump(summary, f, indent=1)
-        print(table_row(summary))
+        print(table_row(summary, None))
 
 
-def table_row(s: dict) -> str:
-    paper = PAPER.get((s["method"], s["layers"], s["denoised"], s["split"]), (None, None))
-    show = lambda x: "  -  " if x is None else f"{x:5.1f}"  # noqa: E731
+def show(x) -> str:
+    return "  -  " if x is None else f"{x:5.1f}"
+
+
+def relative(accuracy, standard_accuracy):
+    """The paper's "Relative" column: accuracy relative to standard fine-tuning's, in %."""
+    if accuracy is None or not standard_accuracy:
+        return None
+    return 100 * (accuracy - standard_accuracy) / standard_accuracy
+
+
+def table_row(s: dict, standard: dict | None) -> str:
+    paper = paper_numbers(s)
+    paper_standard = PAPER.get(("standard", False, False, s["split"]), (None, None))
+    ours = relative(100 * s["accuracy"], standard and 100 * standard["accuracy"])
     method = s["method"] + (f"+beam{s['beam']}" if s.get("beam", 1) > 1 else "")
-    return (f"{method:<10} {s['layers']:>6} {'Y' if s['denoised'] else 'N':>9} {s['split']:<5} "
-            f"{100 * s['compiled']:8.1f} {100 * s['accuracy']:8.1f}   {show(paper[0])} {show(paper[1])}")
+    return (f"{method:<25} {s['corruption'] or '-':<6} {s['layers']:>6} {'Y' if s['denoised'] else 'N':>4} "
+            f"{s['split']:<5} {100 * s['compiled']:8.1f} {100 * s['accuracy']:8.1f} {show(ours):>8}   "
+            f"{show(paper[0])} {show(paper[1])} {show(relative(paper[1], paper_standard[1])):>8}")
+
+
+METHOD_ORDER = ("baseline", "standard", "composed", "bart", "composed+bart", "backtranslation",
+                "composed+backtranslation")
 
 
 def print_table(args):
-    folders = args.table
+    """One row per eval_*.json found; Relative is the accuracy relative to our standard fine-tuning
+    (code-based denoiser, no test-time denoiser, same split), as the paper's Table 2 computes it."""
     summaries = []
-    for folder in folders:
+    for folder in args.table:
         for path in sorted(glob.glob(os.path.join(folder, "eval_*.json"))):
             with open(path) as f:
                 summaries.append(json.load(f))
     if not summaries:
-        raise common.UsageError(f"no eval_*.json in {' '.join(folders)}: run evaluate.py on a model first")
-    print(f"{'method':<10} {'layers':>6} {'denoiser':>9} {'split':<5} {'compiled':>8} {'accuracy':>8}   "
-          f"paper: compiled accuracy")
-    order = lambda s: (s["split"] != "test", s["split"], s["method"], s["layers"], s["denoised"])  # noqa: E731
+        raise common.UsageError(f"no eval_*.json in {' '.join(args.table)}: run evaluate.py on a model first")
+    standard = {s["split"]: s for s in summaries if (s["method"], s["deep"], s["denoised"], s["corruption"],
+                                                     s.get("beam", 1)) == ("standard", False, False, "code", 1)}
+    print(f"{'method':<25} {'Pi':<6} {'layers':>6} {'Pi?':>4} {'split':<5} {'compiled':>8} {'accuracy':>8} "
+          f"{'relative':>8}   paper: compiled accuracy relative")
+    rank = lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)  # noqa: E731
+    order = lambda s: (s["split"] != "test", s["split"], s["corruption"] == "random", rank(s["method"]), s["layers"],  # noqa: E731
+                       s["denoised"], s.get("beam", 1))
     for s in sorted(summaries, key=order):
-        print(table_row(s))
+        print(table_row(s, standard.get(s["split"])))
 
 
 def main(argv=None):
     parser = common.ArgumentParser(prog="evaluate.py", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", nargs="?", help="a predictor checkpoint (runs/<name>/model.pt)")
-    parser.add_argument("--denoiser", help="apply this denoiser to the predictions: Pi(f(x))")
+    parser.add_argument("--denoiser", help="apply this denoiser to the predictions: Pi(f(x)) (composed models "
+                        "apply their own unless given another, or none)")
     parser.add_argument("--splits", default="test,ood")
     parser.add_argument("--table", nargs="+", metavar="RUN_DIR", help="print the results found in these folders")
     parser.add_argument("--predictions", help="judge this file of programs instead of a model's")

@@ -1,33 +1,43 @@
 """Train a pseudocode-to-code predictor on the labeled pairs.
 
-    python finetune.py --method baseline        # from scratch                        -> runs/baseline/model.pt
-    python finetune.py --method standard        # init from the denoiser, train all   -> runs/standard/model.pt
-    python finetune.py --method bart            # decoder frozen first, then all      -> runs/bart/model.pt
-    python finetune.py --method standard --layers 6 --denoiser runs/denoiser12/model.pt --out runs/standard12
+    python finetune.py --method baseline         # from scratch                          -> runs/baseline/model.pt
+    python finetune.py --method standard         # init from the denoiser, train all     -> runs/standard/model.pt
+    python finetune.py --method bart             # decoder frozen first, then all        -> runs/bart/model.pt
+    python finetune.py --method composed         # Pi(f(x)): f from runs/standard, Pi frozen -> runs/composed/model.pt
+    python finetune.py --method backtranslation  # + synthetic pseudocode for unlabeled code -> runs/backtranslation/
+    python finetune.py --method composed --init runs/bart/model.pt --out runs/composed_bart
+    python finetune.py --method standard --layers 4 --denoiser runs/denoiser_deep/model.pt --out runs/standard_deep
     python finetune.py --method baseline --resume   # continue after an interrupt
 
 standard and bart start from the pre-trained denoiser (--denoiser, default runs/denoiser/model.pt) and
-take its architecture; baseline builds a fresh model of the preset's size. Every method keeps the
-epoch with the lowest validation loss.
+take its architecture; baseline and backtranslation build fresh models of the preset's size; composed
+starts from --init and keeps the denoiser frozen (a copy goes into its checkpoint, so evaluate.py
+applies it without being told). Every method keeps the epoch with the lowest validation loss
+(composed: of the composition Pi(f(x)), as in the paper).
 """
 import argparse
 import os
 import sys
 
+import torch
+
 import common
 
-METHODS = ("baseline", "standard", "bart")
-# Epoch budgets: the paper trains models from scratch for 500 epochs and fine-tunes for 300
-# (BART-style: 200 with the decoder frozen, then 100 more).
+METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
+# Epoch budgets: the paper trains models from scratch for 500 epochs, fine-tunes for 300 (BART-style:
+# 200 with the decoder frozen, then 100 more) and trains composed models for 300. backtranslation
+# trains its code-to-pseudocode model for `baseline` epochs, its pseudocode-to-code model on labeled
+# plus synthetic pairs for `backtranslation` epochs, then fine-tunes that on the labeled pairs for
+# `standard` epochs. The cpu budgets stop well before convergence of the paper's: see the README.
 EPOCHS = {
-    "paper": dict(baseline=500, standard=300, bart=300, bart_frozen=200),
-    "cpu": dict(baseline=40, standard=25, bart=25, bart_frozen=15),
-    "smoke": dict(baseline=2, standard=2, bart=2, bart_frozen=1),
+    "paper": dict(baseline=500, standard=300, bart=300, bart_frozen=200, composed=300, backtranslation=500),
+    "cpu": dict(baseline=60, standard=25, bart=25, bart_frozen=15, composed=4, backtranslation=12),
+    "smoke": dict(baseline=2, standard=2, bart=2, bart_frozen=1, composed=2, backtranslation=1),
 }
 PRESETS = {
-    "paper": dict(batch_size=32, lr=5e-4, warmup_steps=4000, patience=50),
-    "cpu": dict(batch_size=32, lr=1e-3, warmup_steps=300, patience=8),
-    "smoke": dict(batch_size=8, lr=1e-3, warmup_steps=5, patience=2),
+    "paper": dict(batch_size=32, lr=5e-4, warmup_steps=4000, patience=50, synthetic_programs=0),
+    "cpu": dict(batch_size=32, lr=1e-3, warmup_steps=300, patience=8, synthetic_programs=4000),
+    "smoke": dict(batch_size=8, lr=1e-3, warmup_steps=5, patience=2, synthetic_programs=16),
 }
 
 
@@ -36,15 +46,32 @@ def parse_args(argv=None):
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--method", choices=METHODS, required=True)
     parser.add_argument("--data", default="data/sanstype")
-    parser.add_argument("--denoiser", default="runs/denoiser/model.pt", help="pre-trained denoiser (standard, bart)")
+    parser.add_argument("--denoiser", default="runs/denoiser/model.pt",
+                        help="pre-trained denoiser (standard, bart: the init; composed: the frozen Pi)")
     parser.add_argument("--out", help="output folder (default runs/<method>)")
     parser.add_argument("--frozen-epochs", type=int, help="bart: epochs with the decoder frozen")
+    composed = parser.add_argument_group("composed fine-tuning (Eq. 1, Appendix D)")
+    composed.add_argument("--init", default="runs/standard/model.pt", help="the base predictor's initialisation")
+    composed.add_argument("--samples", type=int, default=2, help="outputs sampled per input for REINFORCE")
+    composed.add_argument("--reinforce-baseline", choices=("leave-one-out", "none"), default="leave-one-out",
+                          help="none: the paper's estimator; leave-one-out: subtract the other samples' mean reward")
+    composed.add_argument("--clamp", choices=("reward", "sample"), default="reward",
+                          help="clamp log p_beta(y|y') (the paper's text) or log p_theta(y'|x) (its code) at gamma")
+    composed.add_argument("--gamma", type=float, default=-50.0)
+    composed.add_argument("--composed-weight", type=float, default=0.1, help="scale of the composed term")
+    composed.add_argument("--lam", type=float, default=1.0, help="lambda, the weight of the direct term")
+    parser.add_argument("--labeled", type=int, help="train on the first N labeled pairs only (Figure 4's sweep)")
+    parser.add_argument("--synthetic-programs", type=int,
+                        help="backtranslation: unlabeled programs to write pseudocode for (0: all)")
     common.add_training_args(parser)
     args = parser.parse_args(argv)
     epochs = EPOCHS[args.preset]
     args.epochs = args.epochs or epochs[args.method]
     args.frozen_epochs = args.frozen_epochs if args.frozen_epochs is not None else epochs["bart_frozen"]
+    args.stage_epochs = epochs
     args.out = args.out or os.path.join("runs", args.method)
+    if args.samples < 1 or (args.labeled is not None and args.labeled < 1):
+        parser.error("--samples and --labeled must be at least 1")
     return common.resolve_preset(args, PRESETS)
 
 
@@ -68,25 +95,102 @@ def decoder_is_frozen(model, epoch: int, frozen_epochs: int):
     return [name for name, _ in model.named_parameters() if name.startswith("encoder.")]
 
 
+def load_model(path: str, spm: bytes, data: str) -> tuple[common.Transformer, dict]:
+    checkpoint = common.load_checkpoint(path)
+    common.check_same_tokenizer(checkpoint["spm"], spm, path, f"{data}/spm.model")
+    return common.model_from_checkpoint(checkpoint), checkpoint
+
+
 def finetune(args):
+    torch.manual_seed(args.seed)  # initialisation, dropout and sampling
     spm = common.read_tokenizer_bytes(args.data)
     tokenizer = common.load_tokenizer(spm)
     train_pairs, val_pairs = load_pairs(args.data, "train", tokenizer), load_pairs(args.data, "val", tokenizer)
+    train_pairs = train_pairs[:args.labeled] if args.labeled else train_pairs
+    extra = {"spm": spm, "role": "predictor", "method": args.method}
+    fit = dict(trainable=None, loss_fn=common.sequence_loss_of_batch, validate=None)
 
-    if args.method == "baseline":
+    if args.method in ("baseline", "backtranslation"):
         model = common.Transformer(common.config_from_args(args, tokenizer.get_piece_size()))
+    elif args.method == "composed":
+        model, init = load_model(args.init, spm, args.data)
+        denoiser, denoiser_checkpoint = load_model(args.denoiser, spm, args.data)
+        fit.update(freeze_and_compose(model, denoiser, val_pairs, args))
+        extra.update(init_method=init.get("method"), denoiser_corruption=denoiser_checkpoint.get("corruption"),
+                     denoiser={key: denoiser_checkpoint[key] for key in ("config", "model")})
     else:
-        denoiser = common.load_checkpoint(args.denoiser)
-        common.check_same_tokenizer(denoiser["spm"], spm, args.denoiser, f"{args.data}/spm.model")
-        model = common.model_from_checkpoint(denoiser)
+        model, denoiser_checkpoint = load_model(args.denoiser, spm, args.data)
+        extra.update(denoiser_corruption=denoiser_checkpoint.get("corruption"))
+    if args.method == "bart":
+        fit["trainable"] = lambda epoch: decoder_is_frozen(model, epoch, args.frozen_epochs)
     print(f"{args.method}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
           f"{len(train_pairs)} labeled pairs, preset {args.preset}", file=sys.stderr)
 
-    trainable = (lambda epoch: decoder_is_frozen(model, epoch, args.frozen_epochs)) if args.method == "bart" else None
-    extra = {"spm": spm, "role": "predictor", "method": args.method}
-    state = common.fit(model, lambda epoch: train_pairs, val_pairs, args, args.out, extra, trainable=trainable)
+    if args.method == "backtranslation":
+        state = backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra)
+    else:
+        state = common.fit(model, lambda epoch: train_pairs, val_pairs, args, args.out, extra, **fit)
     print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}) -> "
           f"{os.path.join(args.out, 'model.pt')}")
+
+
+def freeze_and_compose(model, denoiser, val_pairs, args) -> dict:
+    """The frozen denoiser Pi and composed fine-tuning's loss and early-stopping criterion."""
+    device = common.pick_device(args.device)
+    denoiser.to(device).eval()  # eval: no dropout; Pi is a fixed function of its input
+    denoiser.requires_grad_(False)
+
+    def loss_fn(model, src, tgt_in, tgt_out, args):
+        return common.composed_loss(
+            model, denoiser, src, tgt_in, tgt_out, samples=args.samples,
+            leave_one_out=args.reinforce_baseline == "leave-one-out", gamma=args.gamma, clamp=args.clamp,
+            composed_weight=args.composed_weight, lam=args.lam, label_smoothing=args.label_smoothing)
+
+    return dict(loss_fn=loss_fn, validate=lambda model: common.composed_validation_loss(
+        model, denoiser, val_pairs, args.batch_size, device))
+
+
+def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict:
+    """Backtranslation (Sennrich et al., 2016; the paper's Appendix C), in three stages, each in
+    its own folder under --out so that --resume picks up where it stopped:
+      1. reverse/: a code-to-pseudocode model learns from the labeled pairs, from scratch;
+      2. it writes pseudocode for unlabeled programs (synthetic.src / synthetic.tgt);
+      3. mixed/: the pseudocode-to-code model learns from labeled + synthetic pairs, from scratch,
+         and is then fine-tuned on the labeled pairs only (--out/model.pt)."""
+    epochs = args.stage_epochs
+    stage = lambda n: argparse.Namespace(**{**vars(args), "epochs": n})  # noqa: E731
+    reverse_dir, mixed_dir = os.path.join(args.out, "reverse"), os.path.join(args.out, "mixed")
+    swap = lambda pairs: [(y, x) for x, y in pairs]  # noqa: E731
+
+    print("backtranslation 1/3: code -> pseudocode on the labeled pairs", file=sys.stderr)
+    reverse = common.Transformer(model.config)
+    common.fit(reverse, lambda epoch: swap(train_pairs), swap(val_pairs), stage(epochs["baseline"]),
+               reverse_dir, {**extra, "method": "backtranslation-reverse"})
+    reverse.load_state_dict(common.load_checkpoint(os.path.join(reverse_dir, "model.pt"))["model"])
+
+    synthetic_src, synthetic_tgt = os.path.join(args.out, "synthetic.src"), os.path.join(args.out, "synthetic.tgt")
+    if not (args.resume and os.path.exists(synthetic_tgt)):
+        programs = common.read_lines(os.path.join(args.data, "unlabeled.tgt"))
+        programs = programs[:args.synthetic_programs] if args.synthetic_programs else programs
+        print(f"backtranslation 2/3: pseudocode for {len(programs)} unlabeled programs", file=sys.stderr)
+        pseudocode = common.translate(reverse, tokenizer, programs, args.batch_size, progress=True)
+        write_lines(synthetic_src, pseudocode)
+        write_lines(synthetic_tgt, programs)  # written last: its presence marks the stage done
+    synthetic = list(zip(tokenizer.encode(common.read_lines(synthetic_src)),
+                         tokenizer.encode(common.read_lines(synthetic_tgt))))
+
+    print(f"backtranslation 3/3: pseudocode -> code on {len(train_pairs)} labeled + {len(synthetic)} synthetic "
+          "pairs, then on the labeled pairs only", file=sys.stderr)
+    common.fit(model, lambda epoch: train_pairs + synthetic, val_pairs, stage(epochs["backtranslation"]),
+               mixed_dir, {**extra, "method": "backtranslation-mixed"})
+    model.load_state_dict(common.load_checkpoint(os.path.join(mixed_dir, "model.pt"))["model"])
+    return common.fit(model, lambda epoch: train_pairs, val_pairs, stage(epochs["standard"]), args.out, extra)
+
+
+def write_lines(path: str, lines: list[str]):
+    with open(path + ".tmp", "w") as f:
+        f.writelines(line + "\n" for line in lines)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

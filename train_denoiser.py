@@ -15,12 +15,14 @@ import os
 import random
 import sys
 
+import torch
+
 import common
 
 # Training presets; the model sizes come from common.MODEL_PRESETS under the same name.
 PRESETS = {
     "paper": dict(epochs=50, batch_size=32, lr=5e-4, warmup_steps=4000, patience=10, max_programs=0),
-    "cpu": dict(epochs=3, batch_size=32, lr=1e-3, warmup_steps=300, patience=3, max_programs=0),
+    "cpu": dict(epochs=4, batch_size=32, lr=1e-3, warmup_steps=300, patience=3, max_programs=0),
     "smoke": dict(epochs=2, batch_size=8, lr=1e-3, warmup_steps=5, patience=2, max_programs=64),
 }
 CORRUPTIONS = {
@@ -50,6 +52,7 @@ def main(argv=None):
 
 
 def train(args):
+    torch.manual_seed(args.seed)  # initialisation, dropout and sampling
     spm = common.read_tokenizer_bytes(args.data)
     tokenizer = common.load_tokenizer(spm)
     programs = common.read_lines(os.path.join(args.data, "unlabeled.tgt")) + \

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import common
+import finetune
 import make_sanstype
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -137,3 +138,49 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
     assert "base" in rows[0]  # the denoised rows keep the base predictor's output too
     table = script("evaluate.py", "--table", tmp_path)
     assert table.returncode == 0 and len(table.stdout.strip().splitlines()) == 3
+
+
+def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path):
+    """Eq. 1 trains f only: after composed epochs Pi is bit-identical, in eval mode, without grads."""
+    args = finetune.parse_args(["--method", "composed", "--preset", "smoke", "--data", str(data), "--epochs", "2",
+                                "--out", str(tmp_path)])
+    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
+    pairs = finetune.load_pairs(str(data), "train", tokenizer)
+    checkpoint = common.load_checkpoint(str(denoiser[0]))
+    model, pi = common.model_from_checkpoint(checkpoint), common.model_from_checkpoint(checkpoint)
+    before = {name: p.clone() for name, p in pi.state_dict().items()}
+    compose = finetune.freeze_and_compose(model, pi, pairs[:8], args)
+    state = common.fit(model, lambda epoch: pairs, pairs[:8], args, str(tmp_path), {}, **compose)
+    assert len(state["history"]) == 2 and not pi.training
+    assert all(p.grad is None and not p.requires_grad for p in pi.parameters())
+    assert all(torch.equal(before[name], p) for name, p in pi.state_dict().items())
+    assert not all(torch.equal(checkpoint["model"][name], p) for name, p in model.state_dict().items())
+
+
+def test_composed_model_is_evaluated_through_its_denoiser(data, denoiser, tmp_path):
+    result = script("finetune.py", "--method", "composed", "--preset", "smoke", "--data", data, "--init",
+                    denoiser[0], "--denoiser", denoiser[0], "--out", tmp_path, "--epochs", "2")
+    assert result.returncode == 0, result.stderr
+    assert len(epoch_losses(result.stderr)) == 2
+    composed = common.load_checkpoint(str(tmp_path / "model.pt"))
+    original = common.load_checkpoint(str(denoiser[0]))["model"]
+    assert all(torch.equal(original[name], p) for name, p in composed["denoiser"]["model"].items())
+    result = script("evaluate.py", tmp_path / "model.pt", "--data", data, "--splits", "test")
+    assert result.returncode == 0, result.stderr
+    summary = json.load(open(tmp_path / "eval_test_denoised.json"))
+    assert summary["method"] == "composed" and summary["denoised"]
+    rows = [json.loads(line) for line in open(tmp_path / "eval_test_denoised.jsonl")]
+    assert len(rows) == 8 and all("base" in row for row in rows)
+
+
+def test_backtranslation_runs_its_three_stages(data, tmp_path):
+    result = script("finetune.py", "--method", "backtranslation", "--preset", "smoke", "--data", data,
+                    "--out", tmp_path)
+    assert result.returncode == 0, result.stderr
+    reverse = common.load_checkpoint(str(tmp_path / "reverse" / "model.pt"))
+    assert reverse["method"] == "backtranslation-reverse"
+    synthetic = (tmp_path / "synthetic.src").read_text().splitlines()
+    programs = (tmp_path / "synthetic.tgt").read_text().splitlines()
+    assert len(synthetic) == len(programs) == 16 and programs == common.read_lines(str(data / "unlabeled.tgt"))[:16]
+    assert "40 labeled + 16 synthetic pairs" in result.stderr
+    assert common.load_checkpoint(str(tmp_path / "model.pt"))["method"] == "backtranslation"

@@ -50,7 +50,9 @@ def test_sampling_follows_the_model_distribution():
     model = tiny().eval()
     src = torch.randint(4, 20, (1, 6)).repeat(4000, 1)
     memory, mask = model.encode(src[:1])
-    probs = torch.softmax(model.decode(torch.tensor([[BOS_ID]]), memory, mask)[0, 0], dim=-1)
+    logits = model.decode(torch.tensor([[BOS_ID]]), memory, mask)[0, 0]
+    logits[common.NEVER_GENERATED] = float("-inf")  # padding and BOS are never sampled
+    probs = torch.softmax(logits, dim=-1)
     torch.manual_seed(1)
     first = [seq[0] if seq else EOS_ID for seq in model.generate(src, max_len=1, sample=True)]
     empirical = torch.bincount(torch.tensor(first), minlength=20).float() / len(first)
