@@ -111,6 +111,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(data, denoiser, tmp_pat
         (("finetune.py", "--method", "standard", "--data", data, "--denoiser", not_a_checkpoint), "not a checkpoint"),
         (("finetune.py", "--method", "standard", "--data", other, "--denoiser", denoiser[0]), "different tokenizers"),
         (("finetune.py", "--method", "magic", "--data", data), "invalid choice"),
+        (("finetune.py", "--method", "composed", "--data", data, "--init", tmp_path / "none.pt"), "no checkpoint"),
+        (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--samples", "0"), "at least 1"),
         (("train_denoiser.py", "--data", tmp_path / "nowhere"), "spm.model"),
         (("evaluate.py", not_a_checkpoint, "--data", data), "not a checkpoint"),
     ]
@@ -128,7 +130,7 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
     for extra in ([], ["--denoiser", denoiser[0]]):
         result = script("evaluate.py", tmp_path / "model.pt", "--data", data, "--splits", "test", *extra)
         assert result.returncode == 0, result.stderr
-        assert result.stdout.startswith("standard")
+        assert result.stdout.split()[:2] == [tmp_path.name, "standard"]  # the run's folder, the method
     for name in ("eval_test", "eval_test_denoised"):
         summary = json.load(open(tmp_path / f"{name}.json"))
         rows = [json.loads(line) for line in open(tmp_path / f"{name}.jsonl")]
