@@ -15,6 +15,7 @@ Table of contents
 import argparse
 import atexit
 import functools
+import glob
 import math
 import os
 import re
@@ -548,6 +549,8 @@ def save_checkpoint(path: str, payload: dict):
     tmp = f"{path}.tmp{os.getpid()}"
     torch.save(payload, tmp)
     os.replace(tmp, path)
+    for stale in glob.glob(f"{glob.escape(path)}.tmp*"):  # left by a run killed while saving
+        os.remove(stale)
 
 
 def load_checkpoint(path: str, needs=("config", "model", "spm")) -> dict:

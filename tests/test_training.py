@@ -186,3 +186,10 @@ def test_backtranslation_runs_its_three_stages(data, tmp_path):
     assert len(synthetic) == len(programs) == 16 and programs == common.read_lines(str(data / "unlabeled.tgt"))[:16]
     assert "40 labeled + 16 synthetic pairs" in result.stderr
     assert common.load_checkpoint(str(tmp_path / "model.pt"))["method"] == "backtranslation"
+
+
+def test_saving_removes_what_a_killed_save_left(tmp_path):
+    (tmp_path / "last.pt.tmp999").write_bytes(b"half a checkpoint")  # kill -9 during torch.save
+    common.save_checkpoint(str(tmp_path / "last.pt"), {"state": 1})
+    assert os.listdir(tmp_path) == ["last.pt"]
+    assert common.load_checkpoint(str(tmp_path / "last.pt"), needs=("state",))["state"] == 1
