@@ -49,8 +49,8 @@ PAPER_RANDOM_DELETIONS = {
 
 def paper_numbers(s: dict) -> tuple:
     if s["corruption"] == "random":
-        return PAPER_RANDOM_DELETIONS.get((s["method"], s["denoised"], s["split"]), (None, None)) \
-            if not s["deep"] else (None, None)
+        key = (s["method"], s["denoised"], s["split"])
+        return (None, None) if s["deep"] else PAPER_RANDOM_DELETIONS.get(key, (None, None))
     return PAPER.get((s["method"], s["deep"], s["denoised"], s["split"]), (None, None))
 
 
