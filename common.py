@@ -70,6 +70,13 @@ def load_tokenizer(model_bytes):
     return sentencepiece.SentencePieceProcessor(model_proto=model_bytes)
 
 
+def write_lines(path: str, lines):
+    """One line per item, written to a temporary file first so a kill never leaves half a file."""
+    with open(path + ".tmp", "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(line + "\n" for line in lines)
+    os.replace(path + ".tmp", path)
+
+
 def read_lines(path: str) -> list[str]:
     """The lines of a SansType file; a final newline does not make an extra empty line."""
     if not os.path.isfile(path):
@@ -569,6 +576,13 @@ def model_from_checkpoint(checkpoint: dict) -> Transformer:
     model = Transformer(TransformerConfig(**checkpoint["config"]))
     model.load_state_dict(checkpoint["model"])
     return model
+
+
+def load_model(path: str, spm: bytes, data: str) -> tuple[Transformer, dict]:
+    """The model in a checkpoint, and the checkpoint, refusing one whose tokenizer is not the data's."""
+    checkpoint = load_checkpoint(path)
+    check_same_tokenizer(checkpoint["spm"], spm, path, f"{data}/spm.model")
+    return model_from_checkpoint(checkpoint), checkpoint
 
 
 # ============================================================================

@@ -71,10 +71,7 @@ def summarize(verdicts: list[dict]) -> dict:
 
 
 def write_jsonl(path: str, rows: list[dict]):
-    with open(path + ".tmp", "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    os.replace(path + ".tmp", path)
+    common.write_lines(path, (json.dumps(row) for row in rows))
 
 
 def judge_predictions(args):
@@ -101,17 +98,15 @@ def judge_predictions(args):
 def evaluate_model(args):
     """Model mode: decode every split greedily, denoise (given --denoiser, or a composed model's
     own denoiser), judge, write, print."""
-    checkpoint = common.load_checkpoint(args.model)
     spm = common.read_tokenizer_bytes(args.data)
-    common.check_same_tokenizer(checkpoint["spm"], spm, args.model, f"{args.data}/spm.model")
+    model, checkpoint = common.load_model(args.model, spm, args.data)
     tokenizer = common.load_tokenizer(spm)
     device = common.pick_device(args.device)
-    model = common.model_from_checkpoint(checkpoint).to(device)
+    model = model.to(device)
     denoiser, corruption = None, checkpoint.get("denoiser_corruption")
     if args.denoiser and args.denoiser != "none":
-        denoiser_checkpoint = common.load_checkpoint(args.denoiser)
-        common.check_same_tokenizer(denoiser_checkpoint["spm"], spm, args.denoiser, f"{args.data}/spm.model")
-        denoiser, corruption = common.model_from_checkpoint(denoiser_checkpoint), denoiser_checkpoint.get("corruption")
+        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
+        corruption = denoiser_checkpoint.get("corruption")
     elif "denoiser" in checkpoint and args.denoiser != "none":  # a composed model is Pi(f(x))
         denoiser = common.model_from_checkpoint(checkpoint["denoiser"])
     denoiser = denoiser.to(device) if denoiser else None

@@ -69,7 +69,6 @@ def parse_args(argv=None):
     epochs = EPOCHS[args.preset]
     args.epochs = args.epochs or epochs[args.method]
     args.frozen_epochs = args.frozen_epochs if args.frozen_epochs is not None else epochs["bart_frozen"]
-    args.stage_epochs = epochs
     args.out = args.out or os.path.join("runs", args.method)
     if args.samples < 1 or (args.labeled is not None and args.labeled < 1):
         parser.error("--samples and --labeled must be at least 1")
@@ -96,12 +95,6 @@ def decoder_is_frozen(model, epoch: int, frozen_epochs: int):
     return [name for name, _ in model.named_parameters() if name.startswith("encoder.")]
 
 
-def load_model(path: str, spm: bytes, data: str) -> tuple[common.Transformer, dict]:
-    checkpoint = common.load_checkpoint(path)
-    common.check_same_tokenizer(checkpoint["spm"], spm, path, f"{data}/spm.model")
-    return common.model_from_checkpoint(checkpoint), checkpoint
-
-
 def finetune(args):
     torch.manual_seed(args.seed)  # initialisation, dropout and sampling
     spm = common.read_tokenizer_bytes(args.data)
@@ -114,13 +107,13 @@ def finetune(args):
     if args.method in ("baseline", "backtranslation"):
         model = common.Transformer(common.config_from_args(args, tokenizer.get_piece_size()))
     elif args.method == "composed":
-        model, init = load_model(args.init, spm, args.data)
-        denoiser, denoiser_checkpoint = load_model(args.denoiser, spm, args.data)
+        model, init = common.load_model(args.init, spm, args.data)
+        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
         fit.update(freeze_and_compose(model, denoiser, val_pairs, args))
         extra.update(init_method=init.get("method"), denoiser_corruption=denoiser_checkpoint.get("corruption"),
                      denoiser={key: denoiser_checkpoint[key] for key in ("config", "model")})
     else:
-        model, denoiser_checkpoint = load_model(args.denoiser, spm, args.data)
+        model, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
         extra.update(denoiser_corruption=denoiser_checkpoint.get("corruption"))
     if args.method == "bart":
         fit["trainable"] = lambda epoch: decoder_is_frozen(model, epoch, args.frozen_epochs)
@@ -158,7 +151,7 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
       2. it writes pseudocode for unlabeled programs (synthetic.src / synthetic.tgt);
       3. mixed/: the pseudocode-to-code model learns from labeled + synthetic pairs, from scratch,
          and is then fine-tuned on the labeled pairs only (--out/model.pt)."""
-    epochs = args.stage_epochs
+    epochs = EPOCHS[args.preset]  # --epochs sets the mixed stage; the others take the preset's budgets
     stage = lambda n: argparse.Namespace(**{**vars(args), "epochs": n})  # noqa: E731
     reverse_dir, mixed_dir = os.path.join(args.out, "reverse"), os.path.join(args.out, "mixed")
     swap = lambda pairs: [(y, x) for x, y in pairs]  # noqa: E731
@@ -175,23 +168,17 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
         programs = programs[:args.synthetic_programs] if args.synthetic_programs else programs
         print(f"backtranslation 2/3: pseudocode for {len(programs)} unlabeled programs", file=sys.stderr)
         pseudocode = common.translate(reverse, tokenizer, programs, args.batch_size, progress=True)
-        write_lines(synthetic_src, pseudocode)
-        write_lines(synthetic_tgt, programs)  # written last: its presence marks the stage done
+        common.write_lines(synthetic_src, pseudocode)
+        common.write_lines(synthetic_tgt, programs)  # written last: its presence marks the stage done
     synthetic = list(zip(tokenizer.encode(common.read_lines(synthetic_src)),
                          tokenizer.encode(common.read_lines(synthetic_tgt))))
 
     print(f"backtranslation 3/3: pseudocode -> code on {len(train_pairs)} labeled + {len(synthetic)} synthetic "
           "pairs, then on the labeled pairs only", file=sys.stderr)
-    common.fit(model, lambda epoch: train_pairs + synthetic, val_pairs, stage(epochs["backtranslation"]),
+    common.fit(model, lambda epoch: train_pairs + synthetic, val_pairs, stage(args.epochs),
                mixed_dir, {**extra, "method": "backtranslation-mixed"})
     model.load_state_dict(common.load_checkpoint(os.path.join(mixed_dir, "model.pt"))["model"])
     return common.fit(model, lambda epoch: train_pairs, val_pairs, stage(epochs["standard"]), args.out, extra)
-
-
-def write_lines(path: str, lines: list[str]):
-    with open(path + ".tmp", "w") as f:
-        f.writelines(line + "\n" for line in lines)
-    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

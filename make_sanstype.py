@@ -224,11 +224,6 @@ def run_gold_programs(splits, names):
     return {name: [next(outputs) for _ in splits[name][1]] for name in names}
 
 
-def write_lines(path, lines):
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(line + "\n" for line in lines)
-
-
 def parse_args(argv):
     parser = common.ArgumentParser(prog="make_sanstype.py", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -271,8 +266,8 @@ def main(argv=None):
     for name in labeled:
         src, tgt, inp = splits[name]
         for ext, lines in [("src", src), ("tgt", tgt), ("inp", inp), ("out", outputs[name])]:
-            write_lines(os.path.join(args.out, f"{name}.{ext}"), lines)
-    write_lines(os.path.join(args.out, "unlabeled.tgt"), splits["unlabeled"][1])
+            common.write_lines(os.path.join(args.out, f"{name}.{ext}"), lines)
+    common.write_lines(os.path.join(args.out, "unlabeled.tgt"), splits["unlabeled"][1])
     with open(os.path.join(args.out, "spm.model"), "wb") as f:
         f.write(spm_model)
     print(f"wrote {args.out}/{{train,val,test,ood}}.{{src,tgt,inp,out}}, unlabeled.tgt, spm.model")
