@@ -605,6 +605,8 @@ def add_training_args(parser):
             ("--d-ff", int, None), ("--dropout", float, None), ("--attention-dropout", float, None),
             ("--activation-dropout", float, None)]:
         parser.add_argument(flag, type=kind, help=text)
+    parser.add_argument("--lr-schedule", choices=("constant", "linear"),
+                        help="after the warm-up: the peak rate to the end, or a linear decay to 0 at the last epoch")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt after an interrupt")
@@ -697,16 +699,17 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     """Train with AdamW and label smoothing, validate after every epoch, keep the best epoch
     (lowest validation loss) in out_dir/model.pt, and stop after `args.patience` epochs
     without improvement. train_pairs_for_epoch(epoch) gives that epoch's (src, tgt) id pairs
-    (the denoiser corrupts afresh each epoch). trainable(epoch) may name the parameters to
-    train (BART-style fine-tuning freezes the decoder first). With args.resume, continue
+    (the denoiser corrupts afresh each epoch). `trainable` may name the only parameters to
+    train (BART-style fine-tuning's first stage trains the encoder alone). With args.resume, continue
     from out_dir/last.pt. `extra` is stored in every checkpoint (tokenizer bytes, ...).
     loss_fn(model, src, tgt_in, tgt_out, args) is the training loss of a batch and validate(model)
     the early-stopping criterion (default: validation_loss on val_pairs)."""
     device = pick_device(args.device)
     model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay)
-    warmup = lambda step: min(1.0, (step + 1) / max(1, args.warmup_steps))  # noqa: E731
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup)
+    steps_per_epoch = -(-len(train_pairs_for_epoch(1)) // args.batch_size)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: learning_rate_factor(step, args, args.epochs * steps_per_epoch))
     state = {"epoch": 0, "best_loss": float("inf"), "best_epoch": 0, "history": []}
     last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
     if args.resume and os.path.exists(last_path):
@@ -724,7 +727,7 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     while state["epoch"] < args.epochs and state["epoch"] - state["best_epoch"] < args.patience:
         epoch = state["epoch"] + 1
         train_loss = train_one_epoch(model, train_pairs_for_epoch(epoch), optimizer, scheduler, args, device,
-                                     trainable(epoch) if trainable else None, f"epoch {epoch}/{args.epochs}", loss_fn)
+                                     trainable, f"epoch {epoch}/{args.epochs}", loss_fn)
         val_loss = validate(model) if validate else validation_loss(model, val_pairs, args.batch_size, device)
         state["epoch"] = epoch
         state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss})
@@ -740,9 +743,19 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     return state
 
 
+def learning_rate_factor(step: int, args, total_steps: int) -> float:
+    """The multiplier of the peak rate at `step`: a linear warm-up, then either the peak to the end
+    or a linear decay that reaches 0 at the last step. Annealing matters on the cpu preset: a run
+    that ends at the peak rate stops wherever the noise of its last steps left it."""
+    warmup = min(1.0, (step + 1) / max(1, args.warmup_steps))
+    if args.lr_schedule == "linear":
+        return warmup * max(0.0, 1.0 - step / total_steps)
+    return warmup
+
+
 def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable, what, loss_fn) -> float:
     model.train()
-    if trainable is not None:  # freeze the rest for this epoch
+    if trainable is not None:  # freeze the rest
         names = set(trainable)
         for name, parameter in model.named_parameters():
             parameter.requires_grad_(name in names)

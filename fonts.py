@@ -203,7 +203,9 @@ def make_split(n_fonts, labeled_fonts=100, n_train=2500, n_val=100, seed=0, verb
     rng = np.random.default_rng(seed)
     fonts = rng.permutation(n_fonts)
     pairs = rng.permutation(n_pairs)
-    as_pairs = lambda p: np.stack([p // len(CHARS), p % len(CHARS)], 1)
+
+    def as_pairs(p):  # flat indices -> (font, character) rows
+        return np.stack([p // len(CHARS), p % len(CHARS)], 1)
     return dict(labeled=fonts[:labeled_fonts], unlabeled=fonts[labeled_fonts:],
                 train=as_pairs(pairs[:n_train]), val=as_pairs(pairs[n_train:n_train + n_val]),
                 test=as_pairs(pairs[n_train + n_val:]))

@@ -20,10 +20,14 @@ import torch
 import common
 
 # Training presets; the model sizes come from common.MODEL_PRESETS under the same name.
+# Pre-training keeps the peak rate to its last epoch (--lr-schedule linear is untested here).
 PRESETS = {
-    "paper": dict(epochs=50, batch_size=32, lr=5e-4, warmup_steps=4000, patience=10, max_programs=0),
-    "cpu": dict(epochs=4, batch_size=32, lr=1e-3, warmup_steps=300, patience=3, max_programs=0),
-    "smoke": dict(epochs=2, batch_size=8, lr=1e-3, warmup_steps=5, patience=2, max_programs=64),
+    "paper": dict(epochs=50, batch_size=32, lr=5e-4, warmup_steps=4000, patience=10, max_programs=0,
+                  lr_schedule="constant"),
+    "cpu": dict(epochs=4, batch_size=32, lr=1e-3, warmup_steps=300, patience=3, max_programs=0,
+                lr_schedule="constant"),
+    "smoke": dict(epochs=2, batch_size=8, lr=1e-3, warmup_steps=5, patience=2, max_programs=64,
+                  lr_schedule="constant"),
 }
 CORRUPTIONS = {
     "code": lambda code, rng, args: common.corrupt_code(code, rng, args.num_corruptions),
