@@ -38,7 +38,7 @@ PRESETS = {
     "paper": dict(batch_size=32, lr=5e-4, warmup_steps=4000, patience=50, synthetic_programs=0,
                   lr_schedule="constant"),
     # The cpu budgets end long before the paper's, so each run anneals to 0 by its last epoch: at a
-    # constant rate, 4 more epochs of the same model moved its test accuracy by 5-13 points (README).
+    # constant rate, 4 more epochs of the same standard model moved its test accuracy by 13 points (README).
     "cpu": dict(batch_size=32, lr=1e-3, warmup_steps=300, patience=8, synthetic_programs=4000,
                 lr_schedule="linear"),
     "smoke": dict(batch_size=8, lr=1e-3, warmup_steps=5, patience=2, synthetic_programs=16, lr_schedule="linear"),

@@ -62,12 +62,8 @@ def test_finetune_methods_learn(data, denoiser, tmp_path, method):
     assert result.returncode == 0, result.stderr
     losses = epoch_losses(result.stderr)
     assert len(losses) == 3 and losses[-1] < losses[0]
-    trained = common.load_checkpoint(str(tmp_path / "model.pt"))
     last = common.load_checkpoint(str(tmp_path / "last.pt"), needs=("optimizer",))
     assert last["optimizer"]["param_groups"][0]["lr"] == 0.0  # the smoke preset's linear decay ends at 0
-    if method == "bart":  # the decoder did not move while it was frozen, then it did
-        start = common.load_checkpoint(str(denoiser[0]))["model"]
-        assert not torch.equal(trained["model"]["decoder.0.ffn.fc1.weight"], start["decoder.0.ffn.fc1.weight"])
 
 
 def test_bart_freezes_the_decoder_first(data, denoiser, tmp_path):
@@ -88,7 +84,7 @@ def test_bart_freezes_the_decoder_first(data, denoiser, tmp_path):
 def test_linear_schedule_warms_up_then_decays_to_zero():
     args = type("Args", (), {"warmup_steps": 10, "lr_schedule": "linear"})()
     factors = [common.learning_rate_factor(step, args, 100) for step in range(101)]
-    assert factors[0] == 0.1 * 1.0 and max(factors) == factors[9] and factors[100] == 0.0
+    assert factors[0] == 0.1 and max(factors) == factors[9] and factors[100] == 0.0
     assert all(a > b for a, b in zip(factors[9:], factors[10:]))
     args.lr_schedule = "constant"
     assert common.learning_rate_factor(100, args, 100) == 1.0
