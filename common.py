@@ -598,7 +598,8 @@ def add_training_args(parser):
                         help="cpu (default): minutes on 2 cores; paper: the paper's sizes, for a GPU; smoke: tests")
     for flag, kind, text in [
             ("--epochs", int, "maximum epochs"), ("--batch-size", int, "programs per batch"),
-            ("--lr", float, "peak learning rate of AdamW"), ("--warmup-steps", int, "linear warm-up"),
+            ("--lr", float, "peak learning rate of AdamW"),
+            ("--warmup-steps", int, "linear warm-up (--lr-schedule linear: at most a tenth of the run)"),
             ("--weight-decay", float, None), ("--label-smoothing", float, None), ("--clip-norm", float, None),
             ("--patience", int, "stop after this many epochs without a better validation loss"),
             ("--d-model", int, None), ("--n-heads", int, None), ("--layers", int, "encoder and decoder layers each"),
@@ -745,9 +746,14 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
 
 def learning_rate_factor(step: int, args, total_steps: int) -> float:
     """The multiplier of the peak rate at `step`: a linear warm-up, then either the peak to the end
-    or a linear decay that reaches 0 at the last step. Annealing matters on the cpu preset: a run
-    that ends at the peak rate stops wherever the noise of its last steps left it."""
-    warmup = min(1.0, (step + 1) / max(1, args.warmup_steps))
+    (constant, the paper's) or a linear decay that reaches 0 at the last step. Annealing matters on the
+    cpu preset: a run that ends at the peak rate stops wherever the noise of its last steps left it.
+    The linear schedule is relative to the run, so its warm-up takes at most a tenth of it: a fixed
+    300-step warm-up outlasted a 128-step composed run, which never came near its peak rate."""
+    warmup_steps = args.warmup_steps
+    if args.lr_schedule == "linear":
+        warmup_steps = min(warmup_steps, total_steps // 10)
+    warmup = min(1.0, (step + 1) / max(1, warmup_steps))
     if args.lr_schedule == "linear":
         return warmup * max(0.0, 1.0 - step / total_steps)
     return warmup

@@ -86,8 +86,11 @@ def test_linear_schedule_warms_up_then_decays_to_zero():
     factors = [common.learning_rate_factor(step, args, 100) for step in range(101)]
     assert factors[0] == 0.1 and max(factors) == factors[9] and factors[100] == 0.0
     assert all(a > b for a, b in zip(factors[9:], factors[10:]))
-    args.lr_schedule = "constant"
-    assert common.learning_rate_factor(100, args, 100) == 1.0
+    # a run of 40 steps warms up for 4, not 10: a warm-up must not eat a short run
+    short = [common.learning_rate_factor(step, args, 40) for step in range(41)]
+    assert short[3] == max(short) == 1.0 - 3 / 40 and short[40] == 0.0
+    args.lr_schedule = "constant"  # the paper's schedule keeps its full warm-up
+    assert common.learning_rate_factor(4, args, 40) == 0.5 and common.learning_rate_factor(100, args, 100) == 1.0
 
 
 def test_resume_after_kill_9_loses_at_most_an_epoch(data, tmp_path):
