@@ -492,7 +492,23 @@ def output_log_probs(model, memory, memory_mask, outputs: list[list[int]], finis
     return token_log_probs.masked_fill(tgt_out == PAD_ID, 0.0).sum(dim=1)  # (not * mask: -inf * 0 is nan)
 
 
-def composed_loss(model, denoiser, src, tgt_in, tgt_out, samples: int = 2, leave_one_out: bool = True,
+def reinforce_baseline(rewards, kind: str):
+    """b in REINFORCE's (reward - b) * grad log p_theta(y'|x), for rewards of shape (inputs, samples).
+    Any b that does not depend on the sample it is subtracted from keeps the estimate unbiased:
+      leave-one-out  the mean reward of the input's other samples (needs 2 or more samples);
+      batch          the mean reward of the batch's other inputs: training batches hold programs of
+                     near-equal length, so their rewards are comparable, and one sample per input will do;
+      none           b = 0, the paper's estimator."""
+    inputs, samples = rewards.shape
+    if kind == "leave-one-out" and samples > 1:
+        return (rewards.sum(dim=1, keepdim=True) - rewards) / (samples - 1)
+    if kind == "batch" and inputs > 1:
+        per_input = rewards.mean(dim=1, keepdim=True)
+        return ((per_input.sum() - per_input) / (inputs - 1)).expand_as(rewards)
+    return torch.zeros_like(rewards)
+
+
+def composed_loss(model, denoiser, src, tgt_in, tgt_out, samples: int = 1, baseline: str = "batch",
                   gamma: float = -50.0, clamp: str = "reward", composed_weight: float = 0.1, lam: float = 1.0,
                   label_smoothing: float = 0.0, max_len: int | None = None):
     """Composed fine-tuning's loss for one batch: minus Eq. 1,
@@ -501,9 +517,9 @@ def composed_loss(model, denoiser, src, tgt_in, tgt_out, samples: int = 2, leave
 
     with the denoiser p_beta frozen. The first term's gradient is REINFORCE's (Appendix D),
         E_{y'}[ (log p_beta(y | y') - b) * grad log p_theta(y' | x) ],
-    from `samples` outputs y' per input drawn by ancestral sampling. b = 0 is the paper's
-    estimator; leave_one_out uses the mean reward of the other samples of the same input, which
-    keeps the estimate unbiased and cuts its variance (tests/bench_composed.py measures by how much).
+    from `samples` outputs y' per input drawn by ancestral sampling, with the baseline b of
+    reinforce_baseline (b = 0 is the paper's estimator; tests/bench_composed.py measures how much the
+    others cut the variance).
     The paper's text clamps the reward log p_beta(y | y') at gamma = -50 (clamp="reward", our
     default); its released code clamps log p_theta(y' | x) instead (clamp="sample"), which stops
     the gradient of samples less likely than e^gamma. Both terms are sums over a sequence's tokens
@@ -533,10 +549,7 @@ def composed_loss(model, denoiser, src, tgt_in, tgt_out, samples: int = 2, leave
     else:
         log_p_sample = log_p_sample.clamp(min=gamma)
     rewards = reward.view(-1, samples)
-    baseline = torch.zeros_like(rewards)
-    if leave_one_out and samples > 1:
-        baseline = (rewards.sum(dim=1, keepdim=True) - rewards) / (samples - 1)
-    advantage = (rewards - baseline).view(-1)
+    advantage = (rewards - reinforce_baseline(rewards, baseline)).view(-1)
     composed = -(advantage * log_p_sample).sum() / samples / n_tokens
     direct = sequence_loss(model.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)  # -log p_theta(y|x)
     return composed_weight * composed + lam * direct

@@ -56,10 +56,12 @@ def parse_args(argv=None):
     parser.add_argument("--frozen-epochs", type=int, help="bart: epochs with the decoder frozen")
     composed = parser.add_argument_group("composed fine-tuning (Eq. 1, Appendix D)")
     composed.add_argument("--init", default="runs/standard/model.pt", help="the base predictor's initialisation")
-    # 2 samples with the leave-one-out baseline validated better than the paper's 1-sample estimator (README).
-    composed.add_argument("--samples", type=int, default=2, help="outputs sampled per input for REINFORCE")
-    composed.add_argument("--reinforce-baseline", choices=("leave-one-out", "none"), default="leave-one-out",
-                          help="none: the paper's estimator; leave-one-out: subtract the other samples' mean reward")
+    # One sample with the batch baseline: a lower gradient variance than 2 samples with leave-one-out, at
+    # about 70% of the cost of a step; the paper's estimator (1 sample, no baseline) diverged (README).
+    composed.add_argument("--samples", type=int, default=1, help="outputs sampled per input for REINFORCE")
+    composed.add_argument("--reinforce-baseline", choices=("leave-one-out", "batch", "none"), default="batch",
+                          help="subtract the mean reward of the input's other samples (leave-one-out) or of the "
+                               "batch's other inputs (batch); none: the paper's estimator")
     composed.add_argument("--clamp", choices=("reward", "sample"), default="reward",
                           help="clamp log p_beta(y|y') (the paper's text) or log p_theta(y'|x) (its code) at gamma")
     composed.add_argument("--gamma", type=float, default=-50.0)
@@ -78,6 +80,8 @@ def parse_args(argv=None):
         parser.error(f"bart: --frozen-epochs ({args.frozen_epochs}) must be below --epochs ({args.epochs})")
     if args.samples < 1 or (args.labeled is not None and args.labeled < 1):
         parser.error("--samples and --labeled must be at least 1")
+    if args.reinforce_baseline == "leave-one-out" and args.samples < 2:
+        parser.error("--reinforce-baseline leave-one-out needs --samples 2 or more")
     return common.resolve_preset(args, PRESETS)
 
 
@@ -151,7 +155,7 @@ def freeze_and_compose(model, denoiser, val_pairs, args) -> dict:
     def loss_fn(model, src, tgt_in, tgt_out, args):
         return common.composed_loss(
             model, denoiser, src, tgt_in, tgt_out, samples=args.samples,
-            leave_one_out=args.reinforce_baseline == "leave-one-out", gamma=args.gamma, clamp=args.clamp,
+            baseline=args.reinforce_baseline, gamma=args.gamma, clamp=args.clamp,
             composed_weight=args.composed_weight, lam=args.lam, label_smoothing=args.label_smoothing)
 
     return dict(loss_fn=loss_fn, validate=lambda model: common.composed_validation_loss(

@@ -6,7 +6,8 @@
 
     python tests/bench_composed.py [--init runs/standard/model.pt] [--denoiser runs/denoiser/model.pt]
 
-Last line: composed_step_vs_standard=X.X, for the default of 2 samples with the leave-one-out baseline.
+Last line: composed_step_vs_standard=X.X, for finetune.py's default number of samples. (Every baseline
+costs the same; the number of samples sets the step's cost.)
 """
 import argparse
 import os
@@ -69,10 +70,16 @@ def main():
     print(f"batch: {tuple(src.shape)} source, {tuple(tgt_out.shape)} target; "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters; {args.threads} threads")
 
+    default = finetune.parse_args(["--method", "composed"])  # the estimator finetune.py uses unless told
+    estimators = [(1, "none"), (1, "batch"), (2, "none"), (2, "leave-one-out"), (2, "batch")]
+
+    def loss_of(samples, baseline, **weights):
+        return lambda: common.composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=samples,
+                                            baseline=baseline, **weights)
+
     model.train()
     standard = timed_steps(model, lambda: common.sequence_loss(model(src, tgt_in), tgt_out, 0.1), args.steps)
-    composed = {k: timed_steps(model, lambda: common.composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=k,
-                                                                   label_smoothing=0.1), args.steps)
+    composed = {k: timed_steps(model, loss_of(k, default.reinforce_baseline, label_smoothing=0.1), args.steps)
                 for k in (1, 2)}
     print(f"standard step {1000 * standard:.0f} ms; composed step "
           + ", ".join(f"{k} sample{'s' if k > 1 else ''} {1000 * t:.0f} ms ({t / standard:.1f}x)"
@@ -80,16 +87,15 @@ def main():
 
     model.eval()  # dropout off: the variance is the estimator's alone
     variances = {}
-    for samples, leave_one_out in ((1, False), (2, False), (2, True)):
-        first_term = lambda: common.composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=samples,  # noqa
-                                                  leave_one_out=leave_one_out, composed_weight=1.0, lam=0.0)
-        variances[samples, leave_one_out] = gradient_variance(model, first_term, args.estimates)
-    for (samples, leave_one_out), (variance, mean_norm) in variances.items():
-        print(f"REINFORCE gradient, {samples} sample(s), {'leave-one-out' if leave_one_out else 'no'} baseline: "
-              f"variance {variance:.4g} (mean gradient norm {mean_norm:.4g})")
-    print(f"variance_reduction_leave_one_out={variances[2, False][0] / variances[2, True][0]:.1f} (2 samples)")
-    print(f"composed_step_vs_standard={composed[2] / standard:.1f}")  # the default: 2 samples, leave-one-out
-
+    for samples, baseline in estimators:
+        first_term = loss_of(samples, baseline, composed_weight=1.0, lam=0.0)
+        variances[samples, baseline] = variance, mean_norm = gradient_variance(model, first_term, args.estimates)
+        print(f"REINFORCE gradient, {samples} sample(s), baseline {baseline}: "
+              f"variance {variance:.4g} (mean gradient norm {mean_norm:.4g})", flush=True)
+    print(f"variance_reduction_leave_one_out={variances[2, 'none'][0] / variances[2, 'leave-one-out'][0]:.1f} "
+          f"(2 samples); variance_reduction_batch={variances[1, 'none'][0] / variances[1, 'batch'][0]:.1f} (1 sample)")
+    print(f"default estimator: {default.samples} sample(s), baseline {default.reinforce_baseline}")
+    print(f"composed_step_vs_standard={composed[default.samples] / standard:.1f}")
 
 if __name__ == "__main__":
     main()

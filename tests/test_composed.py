@@ -41,13 +41,13 @@ def exact_gradient(model, denoiser, src, gold, gamma):
     return torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
-def estimated_gradient(model, denoiser, src, gold, gamma, leave_one_out, batch=250, draws=40):
+def estimated_gradient(model, denoiser, src, gold, gamma, baseline, batch=250, draws=40):
     """The estimator's mean gradient of the same quantity over batch * draws * 4 samples."""
     model.zero_grad()
     tgt = common.pad([[common.BOS_ID] + gold + [common.EOS_ID]] * batch)
     for _ in range(draws):
         loss = common.composed_loss(model, denoiser, src.expand(batch, -1), tgt[:, :-1], tgt[:, 1:], samples=4,
-                                    leave_one_out=leave_one_out, gamma=gamma, composed_weight=1.0, lam=0.0,
+                                    baseline=baseline, gamma=gamma, composed_weight=1.0, lam=0.0,
                                     max_len=MAX_LEN)
         loss.backward()
     n_tokens = batch * (len(gold) + 1)  # the loss is per gold token and minimised
@@ -57,17 +57,25 @@ def estimated_gradient(model, denoiser, src, gold, gamma, leave_one_out, batch=2
 # Relative errors seen over 40,000 samples: 0.12 for the paper's estimator, 0.010 with the
 # leave-one-out baseline (both halve with 4x the samples: no bias). Counting an EOS for outputs cut
 # at MAX_LEN gives 18.7 and 0.50; scoring outputs with PAD and BOS allowed fails the enumeration.
-@pytest.mark.parametrize("leave_one_out, tolerance", [(False, 0.25), (True, 0.05)])
-def test_reinforce_estimate_matches_the_enumerated_gradient(leave_one_out, tolerance):
+@pytest.mark.parametrize("baseline, tolerance", [("none", 0.25), ("leave-one-out", 0.05), ("batch", 0.05)])
+def test_reinforce_estimate_matches_the_enumerated_gradient(baseline, tolerance):
     model, denoiser = tiny_model(0).eval(), tiny_model(1).eval()
     with torch.no_grad():  # a confident denoiser: rewards from -14.6 to -19.4 over the 13 outputs
         denoiser.embed.weight *= 3
     src, gold, gamma = torch.tensor([[4, 5, common.EOS_ID]]), [5, 4], -19.0  # gamma clamps 5 of them
     torch.manual_seed(2)
     exact = exact_gradient(model, denoiser, src, gold, gamma)
-    estimate = estimated_gradient(model, denoiser, src, gold, gamma, leave_one_out)
+    estimate = estimated_gradient(model, denoiser, src, gold, gamma, baseline)
     error = (estimate - exact).norm() / exact.norm()
     assert error < tolerance, f"relative error {error:.3f}"
+
+
+def test_reinforce_baselines_leave_the_sample_itself_out():
+    rewards = torch.tensor([[-1.0, -3.0], [-5.0, -7.0], [-9.0, -11.0]])  # 3 inputs, 2 samples each
+    assert common.reinforce_baseline(rewards, "leave-one-out").tolist() == [[-3, -1], [-7, -5], [-11, -9]]
+    assert common.reinforce_baseline(rewards, "batch").tolist() == [[-8, -8], [-6, -6], [-4, -4]]
+    assert not common.reinforce_baseline(rewards, "none").any()
+    assert not common.reinforce_baseline(rewards[:, :1], "leave-one-out").any()  # no other sample
 
 
 def test_sampler_never_emits_padding_or_bos():
