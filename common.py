@@ -269,26 +269,32 @@ class Transformer(nn.Module):
         memory, memory_mask = self.encode(src)
         memory, memory_mask = memory.repeat_interleave(repeat, 0), memory_mask.repeat_interleave(repeat, 0)
         B = memory.shape[0]
-        tokens = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)
-        finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+        tokens = torch.full((B, max_len + 1), PAD_ID, dtype=torch.long, device=src.device)
+        tokens[:, 0] = BOS_ID
+        rows = torch.arange(B, device=src.device)  # the rows still decoding: a finished row leaves the batch
         cache = [{} for _ in self.decoder] if use_cache else None
         for step in range(max_len):
             if use_cache:
-                logits = self.decode(tokens[:, -1:], memory, memory_mask, cache, start=step)[:, -1]
+                logits = self.decode(tokens[rows, step:step + 1], memory, memory_mask, cache, start=step)[:, -1]
             else:  # re-run the decoder over the whole prefix: the slow reference for the cache
-                logits = self.decode(tokens, memory, memory_mask)[:, -1]
+                logits = self.decode(tokens[rows, :step + 1], memory, memory_mask)[:, -1]
             logits[:, NEVER_GENERATED] = float("-inf")
             if sample:  # inverse-CDF draw: one uniform per row (torch.multinomial draws one per class)
                 cdf = F.softmax(logits.float(), dim=-1).cumsum(dim=-1)
-                uniform = torch.rand(B, 1, device=src.device) * cdf[:, -1:]
+                uniform = torch.rand(B, 1, device=src.device)[rows] * cdf[:, -1:]  # B draws: the same whoever is left
                 next_token = torch.searchsorted(cdf, uniform).squeeze(1).clamp(max=logits.shape[-1] - 1)
             else:
                 next_token = logits.argmax(dim=-1)
-            next_token = next_token.masked_fill(finished, PAD_ID)
-            tokens = torch.cat([tokens, next_token[:, None]], dim=1)
-            finished |= next_token == EOS_ID
-            if finished.all():
-                break
+            tokens[rows, step + 1] = next_token
+            going = next_token != EOS_ID
+            if not going.all():  # drop the finished rows, and their caches, from the rest of the decode
+                rows, memory, memory_mask = rows[going], memory[going], memory_mask[going]
+                if use_cache:
+                    for layer_cache in cache:
+                        for part in layer_cache.values():
+                            part["k"], part["v"] = part["k"][going], part["v"][going]
+                if len(rows) == 0:
+                    break
         return [strip_special(row) for row in tokens[:, 1:].tolist()]
 
     @torch.no_grad()

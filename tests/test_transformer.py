@@ -40,6 +40,20 @@ def test_cached_greedy_decoding_equals_uncached():
     assert model.generate(src, max_len=30) == model.generate(src, max_len=30, use_cache=False)
 
 
+def test_finished_rows_leave_the_batch_without_changing_the_others():
+    model = tiny(vocab=30).eval()
+    with torch.no_grad():
+        model.embed.weight[EOS_ID] *= 2.5  # a likelier EOS: rows finish at different steps (11, 14, 15, none)
+    src = torch.randint(4, 30, (64, 6))
+    together = model.generate(src, max_len=20)
+    assert len(set(map(len, together))) > 2
+    assert together == [model.generate(row[None], max_len=20)[0] for row in src]
+    torch.manual_seed(0)
+    cached = model.generate(src, max_len=20, sample=True)
+    torch.manual_seed(0)
+    assert cached == model.generate(src, max_len=20, sample=True, use_cache=False)
+
+
 def test_beam_of_one_is_greedy():
     model = tiny(vocab=50).eval()
     src = torch.randint(4, 50, (4, 10))
