@@ -57,7 +57,7 @@ def parse_args(argv=None):
     composed = parser.add_argument_group("composed fine-tuning (Eq. 1, Appendix D)")
     composed.add_argument("--init", default="runs/standard/model.pt", help="the base predictor's initialisation")
     # One sample with the batch baseline: a lower gradient variance than 2 samples with leave-one-out, at
-    # about 70% of the cost of a step; the paper's estimator (1 sample, no baseline) diverged (README).
+    # about two thirds of the cost of a step; the paper's estimator (1 sample, no baseline) diverged (README).
     composed.add_argument("--samples", type=int, default=1, help="outputs sampled per input for REINFORCE")
     composed.add_argument("--reinforce-baseline", choices=("leave-one-out", "batch", "none"), default="batch",
                           help="subtract the mean reward of the input's other samples (leave-one-out) or of the "

@@ -22,17 +22,21 @@ import common  # noqa: E402
 import finetune  # noqa: E402
 
 
-def timed_steps(model, step, n):
+def timed_steps(model, steps: dict, n) -> dict:
+    """Median wall time of a training step for each loss function in `steps`. The kinds of step take
+    turns, so that a change in the machine's speed during the run (other jobs, a slower core) hits
+    each kind alike and the ratios stay fair."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    times = []
-    for _ in range(n + 1):  # the first one warms up
-        start = time.perf_counter()
-        loss = step()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+    times = {name: [] for name in steps}
+    for _ in range(n + 1):  # the first round warms up
+        for name, step in steps.items():
+            start = time.perf_counter()
+            loss = step()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t[1:]) for name, t in times.items()}
 
 
 def gradient_variance(model, loss_of_batch, n):
@@ -52,7 +56,7 @@ def main():
     parser.add_argument("--init", default="runs/standard/model.pt")
     parser.add_argument("--denoiser", default="runs/denoiser/model.pt")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--estimates", type=int, default=20, help="gradient estimates per estimator")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -78,9 +82,10 @@ def main():
                                             baseline=baseline, **weights)
 
     model.train()
-    standard = timed_steps(model, lambda: common.sequence_loss(model(src, tgt_in), tgt_out, 0.1), args.steps)
-    composed = {k: timed_steps(model, loss_of(k, default.reinforce_baseline, label_smoothing=0.1), args.steps)
-                for k in (1, 2)}
+    times = timed_steps(model, {"standard": lambda: common.sequence_loss(model(src, tgt_in), tgt_out, 0.1),
+                                **{k: loss_of(k, default.reinforce_baseline, label_smoothing=0.1) for k in (1, 2)}},
+                        args.steps)
+    standard, composed = times.pop("standard"), times
     print(f"standard step {1000 * standard:.0f} ms; composed step "
           + ", ".join(f"{k} sample{'s' if k > 1 else ''} {1000 * t:.0f} ms ({t / standard:.1f}x)"
                       for k, t in composed.items()))
