@@ -514,7 +514,7 @@ def reinforce_baseline(rewards, kind: str):
     return torch.zeros_like(rewards)
 
 
-def composed_loss(model, denoiser, src, tgt_in, tgt_out, samples: int = 1, baseline: str = "batch",
+def composed_loss(model, denoiser, src, tgt_in, tgt_out, samples: int = 2, baseline: str = "leave-one-out",
                   gamma: float = -50.0, clamp: str = "reward", composed_weight: float = 0.1, lam: float = 1.0,
                   label_smoothing: float = 0.0, max_len: int | None = None):
     """Composed fine-tuning's loss for one batch: minus Eq. 1,

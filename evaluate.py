@@ -151,7 +151,7 @@ def table_row(s: dict, standard: dict | None) -> str:
     paper_standard = PAPER.get(("standard", False, False, s["split"]), (None, None))
     ours = relative(100 * s["accuracy"], standard and 100 * standard["accuracy"])
     method = s["method"] + (f"+beam{s['beam']}" if s.get("beam", 1) > 1 else "")
-    run = os.path.basename(os.path.dirname(s["model"]))
+    run = s.get("run") or os.path.basename(os.path.dirname(s["model"]))  # the folder it was found in, if any
     return (f"{run:<25} {method:<25} {s['corruption'] or '-':<6} {s['layers']:>6} {'Y' if s['denoised'] else 'N':>4} "
             f"{s['split']:<5} {100 * s['compiled']:8.1f} {100 * s['accuracy']:8.1f} {show(ours):>8}   "
             f"{show(paper[0])} {show(paper[1])} {show(relative(paper[1], paper_standard[1])):>8}")
@@ -168,11 +168,14 @@ def print_table(args):
     for folder in args.table:
         for path in sorted(glob.glob(os.path.join(folder, "eval_*.json"))):
             with open(path) as f:
-                summaries.append(json.load(f))
+                summaries.append({**json.load(f), "run": os.path.basename(os.path.normpath(folder))})
     if not summaries:
         raise common.UsageError(f"no eval_*.json in {' '.join(args.table)}: run evaluate.py on a model first")
-    standard = {s["split"]: s for s in summaries if (s["method"], s["deep"], s["denoised"], s["corruption"],
-                                                     s.get("beam", 1)) == ("standard", False, False, "code", 1)}
+    standard = {}  # per split, the first standard run in the order of the folders given (a sweep may hold more)
+    for s in summaries:
+        if (s["method"], s["deep"], s["denoised"], s["corruption"], s.get("beam", 1)) == ("standard", False, False,
+                                                                                          "code", 1):
+            standard.setdefault(s["split"], s)
     print(f"{'run':<25} {'method':<25} {'Pi':<6} {'layers':>6} {'Pi?':>4} {'split':<5} {'compiled':>8} {'accuracy':>8} "
           f"{'relative':>8}   paper: compiled accuracy relative")
     rank = lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)  # noqa: E731

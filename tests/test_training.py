@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import common
+import evaluate
 import finetune
 import make_sanstype
 
@@ -129,8 +130,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(data, denoiser, tmp_pat
         (("finetune.py", "--method", "composed", "--data", data, "--init", tmp_path / "none.pt"), "no checkpoint"),
         (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--samples", "0"),
          "at least 1"),
-        (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--reinforce-baseline",
-          "leave-one-out"), "needs --samples 2"),
+        (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--samples", "1"),
+         "needs --samples 2"),  # the default baseline, leave-one-out, needs another sample
         (("train_denoiser.py", "--data", tmp_path / "nowhere"), "spm.model"),
         (("evaluate.py", not_a_checkpoint, "--data", data), "not a checkpoint"),
     ]
@@ -158,6 +159,22 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
     assert "base" in rows[0]  # the denoised rows keep the base predictor's output too
     table = script("evaluate.py", "--table", tmp_path)
     assert table.returncode == 0 and len(table.stdout.strip().splitlines()) == 3
+
+
+def test_the_table_measures_relative_accuracy_against_the_first_standard_run(tmp_path, capsys):
+    """A sweep folder holds standard runs of other sizes: they must not become the reference."""
+    def summary(folder, method, accuracy):
+        os.makedirs(tmp_path / folder, exist_ok=True)
+        row = {"method": method, "deep": False, "denoised": method == "composed", "corruption": "code", "layers": 4,
+               "split": "test", "n": 10, "compiled": 0.5, "accuracy": accuracy, "model": f"{folder}/model.pt"}
+        json.dump(row, open(tmp_path / folder / "eval_test.json", "w"))
+    summary("runs/standard", "standard", 0.20)
+    summary("runs/composed", "composed", 0.30)
+    summary("sweep/standard_small", "standard", 0.10)
+    evaluate.main(["--table", str(tmp_path / "runs/standard"), str(tmp_path / "runs/composed"),
+                   str(tmp_path / "sweep/standard_small")])
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["composed"][8] == "50.0" and rows["standard"][8] == "0.0" and rows["standard_small"][8] == "-50.0"
 
 
 def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path):
