@@ -514,7 +514,7 @@ def reinforce_baseline(rewards, kind: str):
     return torch.zeros_like(rewards)
 
 
-def composed_loss(model, denoiser, src, tgt_in, tgt_out, samples: int = 2, baseline: str = "leave-one-out",
+def composed_loss(model, denoiser, src, tgt_in, tgt_out, *, samples: int, baseline: str,
                   gamma: float = -50.0, clamp: str = "reward", composed_weight: float = 0.1, lam: float = 1.0,
                   label_smoothing: float = 0.0, max_len: int | None = None):
     """Composed fine-tuning's loss for one batch: minus Eq. 1,
@@ -525,7 +525,7 @@ def composed_loss(model, denoiser, src, tgt_in, tgt_out, samples: int = 2, basel
         E_{y'}[ (log p_beta(y | y') - b) * grad log p_theta(y' | x) ],
     from `samples` outputs y' per input drawn by ancestral sampling, with the baseline b of
     reinforce_baseline (b = 0 is the paper's estimator; tests/bench_composed.py measures how much the
-    others cut the variance).
+    others cut the variance). Neither has a default here: finetune.py's flags hold the one default.
     The paper's text clamps the reward log p_beta(y | y') at gamma = -50 (clamp="reward", our
     default); its released code clamps log p_theta(y' | x) instead (clamp="sample"), which stops
     the gradient of samples less likely than e^gamma. Both terms are sums over a sequence's tokens
