@@ -181,8 +181,7 @@ class Attention(nn.Module):
 
 def append_to_cache(cache: dict, k, v):
     """Write the new positions' keys and values (B, T, D) after the cached ones; return all of them.
-    They go into buffers that double when full: a torch.cat of the whole cache at every step took
-    40% of the sampler's time."""
+    They go into buffers that double when full, so a step does not copy the whole cache (torch.cat would)."""
     n = cache.get("length", 0)
     end = n + k.shape[1]
     if "k" not in cache or end > cache["k"].shape[1]:  # full: a buffer twice as long, the cache copied in
@@ -314,8 +313,8 @@ class Transformer(nn.Module):
             done |= next_token == EOS_ID
             if done.all():
                 break
-            # Finished rows leave the batch once they are a quarter of it: each step's cost grows with the
-            # rows, but dropping them copies the whole cache, which costs about as much as a step.
+            # Finished rows leave the batch once they are a quarter of it: a step's cost grows with its rows,
+            # but dropping rows copies every cache, which cost about as much as a step when done at every EOS.
             if 4 * done.sum() >= len(rows):
                 going = ~done
                 rows, memory, memory_mask, done = rows[going], memory[going], memory_mask[going], done[going]
@@ -347,7 +346,7 @@ class Transformer(nn.Module):
             next_token = (index % V).view(-1, 1)
             tokens, scores = torch.cat([tokens[source_beam], next_token], dim=1), top
             finished = finished[source_beam] | (next_token.view(-1) == EOS_ID)
-            select_rows(cache, source_beam)  # (cross-attention rows too: the same, as a beam keeps its source)
+            select_rows(cache, source_beam)  # every beam's cache follows its hypothesis
             if finished.all():
                 break
         lengths = ((tokens[:, 1:] != PAD_ID).sum(dim=1)).clamp(min=1).view(B, beam).float()

@@ -130,8 +130,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(data, denoiser, tmp_pat
         (("finetune.py", "--method", "composed", "--data", data, "--init", tmp_path / "none.pt"), "no checkpoint"),
         (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--samples", "0"),
          "at least 1"),
-        (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--samples", "1"),
-         "needs --samples 2"),  # the default baseline, leave-one-out, needs another sample
+        (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--samples", "1",
+          "--reinforce-baseline", "leave-one-out"), "needs --samples 2"),  # leave-one-out needs another sample
         (("train_denoiser.py", "--data", tmp_path / "nowhere"), "spm.model"),
         (("evaluate.py", not_a_checkpoint, "--data", data), "not a checkpoint"),
     ]
