@@ -194,11 +194,17 @@ def append_to_cache(cache: dict, k, v):
     return cache["k"][:, :end], cache["v"][:, :end]
 
 
-def select_rows(cache: list[dict], rows):
-    """Keep (or reorder) a decoding cache's rows: finished outputs leave a batch, beams follow their hypothesis."""
+def select_rows(cache: list[dict], rows, parts=("self", "cross")):
+    """Keep (or reorder) the rows of a decoding cache's parts: finished outputs leave a batch, beams follow their
+    hypothesis."""
     for layer_cache in cache:
-        for part in layer_cache.values():
-            part["k"], part["v"] = part["k"][rows], part["v"][rows]
+        for name in parts:
+            part = layer_cache[name]
+            filled = part.get("length")  # a self-attention buffer: move only its written positions
+            for key in ("k", "v"):  # in place, so that a buffer keeps its room to grow
+                chosen = part[key][rows, :filled]
+                part[key] = part[key][:len(chosen)]
+                part[key][:, :filled] = chosen
 
 
 class FeedForward(nn.Module):
@@ -346,7 +352,7 @@ class Transformer(nn.Module):
             next_token = (index % V).view(-1, 1)
             tokens, scores = torch.cat([tokens[source_beam], next_token], dim=1), top
             finished = finished[source_beam] | (next_token.view(-1) == EOS_ID)
-            select_rows(cache, source_beam)  # every beam's cache follows its hypothesis
+            select_rows(cache, source_beam, parts=("self",))  # (a source's beams share its cross-attention rows)
             if finished.all():
                 break
         lengths = ((tokens[:, 1:] != PAD_ID).sum(dim=1)).clamp(min=1).view(B, beam).float()

@@ -34,6 +34,19 @@ def test_decoder_does_not_look_ahead_and_cache_matches_teacher_forcing():
     assert torch.allclose(full, stepwise, atol=1e-5)
 
 
+def test_a_cache_with_rows_selected_mid_decode_matches_teacher_forcing():
+    model = tiny().eval()
+    src, tgt = torch.randint(4, 20, (4, 6)), torch.randint(4, 20, (4, 9))
+    memory, mask = model.encode(src)
+    rows = torch.tensor([2, 2, 0, 3])  # as beams follow their hypotheses: a row repeated, one dropped
+    full = model.decode(tgt[rows], memory[rows], mask[rows])
+    cache = [{} for _ in model.decoder]
+    before = torch.cat([model.decode(tgt[:, i:i + 1], memory, mask, cache, start=i) for i in range(5)], dim=1)
+    common.select_rows(cache, rows)  # after 5 of 9 positions: the buffers must grow again after it
+    after = [model.decode(tgt[rows, i:i + 1], memory[rows], mask[rows], cache, start=i) for i in range(5, 9)]
+    assert torch.allclose(full, torch.cat([before[rows], *after], dim=1), atol=1e-5)
+
+
 def test_cached_greedy_decoding_equals_uncached():
     model = tiny(vocab=50).eval()
     src = torch.randint(4, 50, (4, 10))
