@@ -106,10 +106,11 @@ def check_same_tokenizer(spm_a: bytes, spm_b: bytes, what_a: str, what_b: str):
 # 2. Transformer
 # ============================================================================
 # The encoder-decoder of the paper's SansType models, as fairseq's `transformer` builds it:
-# token embeddings scaled by sqrt(d) plus sinusoidal positions, post-norm layers (residual,
-# then LayerNorm), ReLU feed-forward, dropout on the residual branches, on the attention
-# weights and after the ReLU, and one embedding matrix shared by the encoder, the decoder
-# and the output projection (one joined vocabulary).
+# token embeddings scaled by sqrt(d) plus sinusoidal positions, pre-norm layers (LayerNorm
+# before each sublayer, x + sublayer(LayerNorm(x)), and one more LayerNorm after the last layer,
+# as the authors ran fairseq), ReLU feed-forward, dropout on the residual branches, on the
+# attention weights and after the ReLU, and one embedding matrix shared by the encoder, the
+# decoder and the output projection (one joined vocabulary).
 
 @dataclass
 class TransformerConfig:
@@ -217,7 +218,7 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention, then feed-forward; each as x = LayerNorm(x + dropout(sublayer(x)))."""
+    """Self-attention, then feed-forward; each as x = x + dropout(sublayer(LayerNorm(x)))."""
 
     def __init__(self, c: TransformerConfig):
         super().__init__()
@@ -227,8 +228,9 @@ class EncoderLayer(nn.Module):
         self.dropout = c.dropout
 
     def forward(self, x, mask):
-        x = self.attention_norm(x + F.dropout(self.attention(x, x, mask), self.dropout, self.training))
-        return self.ffn_norm(x + F.dropout(self.ffn(x), self.dropout, self.training))
+        y = self.attention_norm(x)
+        x = x + F.dropout(self.attention(y, y, mask), self.dropout, self.training)
+        return x + F.dropout(self.ffn(self.ffn_norm(x)), self.dropout, self.training)
 
 
 class DecoderLayer(nn.Module):
@@ -247,9 +249,10 @@ class DecoderLayer(nn.Module):
             return F.dropout(y, self.dropout, self.training)
         self_cache = cache.setdefault("self", {}) if cache is not None else None
         cross_cache = cache.setdefault("cross", {}) if cache is not None else None
-        x = self.self_norm(x + drop(self.self_attention(x, x, self_mask, self_cache)))
-        x = self.cross_norm(x + drop(self.cross_attention(x, memory, memory_mask, cross_cache, cross=True)))
-        return self.ffn_norm(x + drop(self.ffn(x)))
+        y = self.self_norm(x)
+        x = x + drop(self.self_attention(y, y, self_mask, self_cache))
+        x = x + drop(self.cross_attention(self.cross_norm(x), memory, memory_mask, cross_cache, cross=True))
+        return x + drop(self.ffn(self.ffn_norm(x)))
 
 
 class Transformer(nn.Module):
@@ -264,6 +267,8 @@ class Transformer(nn.Module):
         self.register_buffer("positions", sinusoidal_positions(c.max_positions, c.d_model), persistent=False)
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
+        # Pre-norm layers add to an un-normalised residual stream: each stack ends with one LayerNorm.
+        self.encoder_norm, self.decoder_norm = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
 
     def embed_tokens(self, tokens, start: int = 0):
         x = self.embed(tokens) * math.sqrt(self.config.d_model) + self.positions[start:start + tokens.shape[1]]
@@ -275,7 +280,7 @@ class Transformer(nn.Module):
         x = self.embed_tokens(src)
         for layer in self.encoder:
             x = layer(x, mask)
-        return x, mask
+        return self.encoder_norm(x), mask
 
     def decode(self, tgt_in, memory, memory_mask, cache=None, start: int = 0):
         """Logits (B, T, V) for the next token at every position of tgt_in (B, T). With a
@@ -285,7 +290,7 @@ class Transformer(nn.Module):
         x = self.embed_tokens(tgt_in, start)
         for i, layer in enumerate(self.decoder):
             x = layer(x, causal, memory, memory_mask, cache[i] if cache is not None else None)
-        return x @ self.embed.weight.T  # the output projection shares the embeddings
+        return self.decoder_norm(x) @ self.embed.weight.T  # the output projection shares the embeddings
 
     def forward(self, src, tgt_in):
         return self.decode(tgt_in, *self.encode(src))
@@ -451,53 +456,88 @@ class UNet(nn.Module):
 # ============================================================================
 # 4. Corruptions
 # ============================================================================
-# Noise for pre-training the denoiser, applied on the fly to valid SansType code (space-separated words).
-# Pure functions of (code, rng): the caller owns the random stream, so runs are reproducible.
+# Noise for pre-training the denoiser, applied on the fly to valid SansType code one statement (`$`-separated)
+# at a time, as the authors' generator noises its programs. Pure functions of (code, rng): the caller owns the
+# random stream, so runs are reproducible and every epoch can draw fresh noise.
 CPP_TYPES = ("int", "string", "bool")
-STATEMENT_STARTS = ("$", ";", "{", "~")  # a variable right after one of these starts an assignment
+CLEAN_PROBABILITY = 0.1  # both noises leave a tenth of the programs as they are: Pi must also learn to copy
 
 
-def code_corruption_sites(words):
-    """{position: [kinds of edit possible there]} for the code-based noise of Appendix C."""
-    sites = {}
-    for i, word in enumerate(words):
-        if word in CPP_TYPES and words[i + 1:i + 2] != ["main"]:  # a declaration: swap its type or drop it
-            sites[i] = ["replace type", "delete type"]
-        elif word.startswith("var_") and i > 0 and words[i - 1] in STATEMENT_STARTS:
-            sites[i] = ["insert type"]  # an assignment: make it a (re)declaration
-        elif word in ("<<", ">>"):  # input/output: drop or reverse the arrow, or drop cin/cout
-            sites[i] = ["delete arrow", "reverse arrow"]
-            sites[i - 1] = ["delete stream"]
-    return sites
+def split_program(code):
+    """'int main () { $ s1 $ s2 $ return 0; }' -> ('int main () {', [s1, s2], 'return 0; }')."""
+    head, *statements, tail = code.split(" $ ")
+    return head, statements, tail
 
 
-def corrupt_code(code, rng, num_corruptions=1):
-    """Appendix C's code-based noise: num_corruptions (at least 1) edits at distinct places.
+def join_program(head, statements, tail):
+    return " $ ".join([head, *statements, tail])
 
-    Replace, delete or insert a type in declarations, initialisations and modifications; in input and
-    output statements remove the << or >>, reverse it, or remove cout/cin. Most results no longer compile
-    and the rest mostly compute something else, e.g. `bool x = 5 ;` or `int temp = var_1 ;` for a bool.
-    Edits are applied right to left so earlier positions stay valid and no edit can undo another.
+
+def other_type(type_, rng):
+    return rng.choice([t for t in CPP_TYPES if t != type_])
+
+
+def noisy_statement(statement, types, rng):
+    """One of a statement's noisy renderings ('' deletes it); `types` maps the outer variables to theirs.
+
+        int v = x ;  int v ; v = x ;   another type, no type, or the two-statement form with another type
+        int v ;                        another type
+        v += x ;  v = min ( v , w ) ;  a type inserted before v: its own or a random one
+        cin >> v ;                     cin v ;  or  cin << v ;
+        cout << v ;                    deleted
+        if ( c ) { ... }               noisy_swap
     """
-    words = code.split(" ")
-    sites = code_corruption_sites(words)
-    positions = rng.sample(sorted(sites), min(max(1, num_corruptions), len(sites)))
-    for i in sorted(positions, reverse=True):
-        kind = rng.choice(sites[i])
-        if kind == "replace type":
-            words[i] = rng.choice([t for t in CPP_TYPES if t != words[i]])
-        elif kind == "insert type":
-            words.insert(i, rng.choice(CPP_TYPES))
-        elif kind == "reverse arrow":
-            words[i] = {"<<": ">>", ">>": "<<"}[words[i]]
-        else:  # delete type / arrow / stream
-            del words[i]
-    return " ".join(words)
+    if m := re.fullmatch(r"(int|string|bool) (\S+) (?:= |; \2 = )(\S+) ;", statement):  # declared with a value
+        type_, v, x = m.groups()
+        wrong = other_type(type_, rng)
+        return rng.choice([f"{wrong} {v} = {x} ;", f"{v} = {x} ;", f"{wrong} {v} ; {v} = {x} ;"])
+    if m := re.fullmatch(r"(int|string|bool) (\S+) ;", statement):
+        return f"{other_type(m[1], rng)} {m[2]} ;"
+    if m := re.fullmatch(r"cin >> (\S+) ;", statement):
+        return rng.choice([f"cin {m[1]} ;", f"cin << {m[1]} ;"])
+    if statement.startswith("cout "):
+        return ""
+    if statement.startswith("if "):
+        return noisy_swap(statement, rng)
+    v = statement.split(" ")[0]
+    if v in types:  # an update of an outer variable
+        return f"{rng.choice([types[v], rng.choice(CPP_TYPES)])} {statement}"
+    return statement  # nothing we know how to noise
+
+
+def noisy_swap(statement, rng):
+    """An if-swap with its `temp` given no type or another one, or one of its block's declarations noised."""
+    temp = re.search(r"(int|string|bool) (?=temp = )", statement)
+    declarations = re.finditer(r"(?<=~ )(int|string|bool) (\S+) (?:= \S+|; \2 = \S+) ;", statement)
+    sites = [site for site in (temp, *declarations) if site]
+    if not sites:
+        return statement
+    site = rng.choice(sites)
+    new = rng.choice(["", other_type(temp[1], rng) + " "]) if site is temp else noisy_statement(site[0], {}, rng)
+    return statement[:site.start()] + new + statement[site.end():]
+
+
+def corrupt_code(code, rng, max_statements=3):
+    """Appendix C's code-based noise, drawn as the authors' generator draws it: with probability 0.9,
+    1 to max_statements statements (drawn with replacement) each replaced by a noisy rendering; else the
+    program unchanged. Most results no longer compile (`int var_0 += 5 ;`, `cin << v ;`); the rest compute
+    something else (`bool x = 5 ;`, a deleted print), which only the pseudocode's context can reveal."""
+    if rng.random() < CLEAN_PROBABILITY:
+        return code
+    head, statements, tail = split_program(code)
+    types = {m[2]: m[1] for s in statements if (m := re.match(r"(int|string|bool) (\S+) ", s))}
+    for i in sorted({rng.randrange(len(statements)) for _ in range(rng.randint(1, max_statements))}):
+        statements[i] = noisy_statement(statements[i], types, rng)
+    return join_program(head, [s for s in statements if s], tail)
 
 
 def delete_random_words(code, rng, p=0.15):
-    """Section 6.2.4's generic noise, with no knowledge of code: drop each word with probability p."""
-    return " ".join(word for word in code.split(" ") if rng.random() >= p)
+    """Table 5's generic noise, with no knowledge of code: with probability 0.9, drop each word of every
+    statement with probability p (the `$` separators, `int main () {` and `return 0; }` stay); else clean."""
+    if rng.random() < CLEAN_PROBABILITY:
+        return code
+    head, statements, tail = split_program(code)
+    return join_program(head, [" ".join(w for w in s.split(" ") if rng.random() >= p) for s in statements], tail)
 
 
 # ============================================================================
@@ -649,20 +689,24 @@ def add_training_args(parser):
             ("--epochs", int, "maximum epochs"), ("--batch-size", int, "programs per batch"),
             ("--lr", float, "peak learning rate of AdamW"),
             ("--warmup-steps", int, "linear warm-up (--lr-schedule linear: at most a tenth of the run)"),
-            ("--weight-decay", float, None), ("--label-smoothing", float, None), ("--clip-norm", float, None),
+            ("--warmup-start-lr", float, "the rate the warm-up starts from"),
+            ("--weight-decay", float, None), ("--label-smoothing", float, "0: plain cross entropy, as the paper"),
+            ("--clip-norm", float, "clip the gradient's norm to this (0: no clipping, as the paper)"),
             ("--patience", int, "stop after this many epochs without a better validation loss"),
             ("--d-model", int, None), ("--n-heads", int, None), ("--layers", int, "encoder and decoder layers each"),
             ("--d-ff", int, None), ("--dropout", float, None), ("--attention-dropout", float, None),
             ("--activation-dropout", float, None)]:
         parser.add_argument(flag, type=kind, help=text)
-    parser.add_argument("--lr-schedule", choices=("constant", "linear"),
-                        help="after the warm-up: the peak rate to the end, or a linear decay to 0 at the last epoch")
+    parser.add_argument("--lr-schedule", choices=("constant", "inverse-sqrt", "linear"),
+                        help="after the warm-up: the peak rate to the end, fairseq's peak * sqrt(warm-up / step) "
+                             "(the paper's), or a linear decay to 0 at the last epoch")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt after an interrupt")
 
 
-TRAINING_DEFAULTS = dict(weight_decay=1e-4, label_smoothing=0.1, clip_norm=1.0, dropout=0.1,
+# The authors' recipe (fairseq): plain cross entropy (no label smoothing) and no gradient clipping.
+TRAINING_DEFAULTS = dict(weight_decay=1e-4, label_smoothing=0.0, clip_norm=0.0, warmup_start_lr=0.0, dropout=0.1,
                          attention_dropout=0.2, activation_dropout=0.2)
 
 
@@ -746,7 +790,7 @@ def composed_validation_loss(model, denoiser, pairs, batch_size, device) -> floa
 
 def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
         loss_fn=sequence_loss_of_batch, validate=None):
-    """Train with AdamW and label smoothing, validate after every epoch, keep the best epoch
+    """Train with AdamW, validate after every epoch, keep the best epoch
     (lowest validation loss) in out_dir/model.pt, and stop after `args.patience` epochs
     without improvement. train_pairs_for_epoch(epoch) gives that epoch's (src, tgt) id pairs
     (the denoiser corrupts afresh each epoch). `trainable` may name the only parameters to
@@ -794,17 +838,23 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
 
 
 def learning_rate_factor(step: int, args, total_steps: int) -> float:
-    """The multiplier of the peak rate at `step`: a linear warm-up, then either the peak to the end
-    (constant, the paper's) or a linear decay that reaches 0 at the last step. Annealing matters on the
-    cpu preset: a run that ends at the peak rate stops wherever the noise of its last steps left it.
-    The linear schedule is relative to the run, so its warm-up takes at most a tenth of it: a fixed
-    300-step warm-up outlasted a 128-step composed run, which never came near its peak rate."""
+    """The multiplier of the peak rate at `step`: a linear warm-up from --warmup-start-lr, then
+      constant      the peak to the end;
+      inverse-sqrt  peak * sqrt(warm-up steps / step), fairseq's schedule, which the paper's models used;
+      linear        a decay that reaches 0 at the last step (the cpu preset).
+    Annealing matters on the cpu preset: a run that ends at the peak rate stops wherever the noise of its
+    last steps left it. The linear schedule is relative to the run, so its warm-up takes at most a tenth of
+    it: a fixed 300-step warm-up outlasted a 128-step composed run, which never came near its peak rate."""
     warmup_steps = args.warmup_steps
     if args.lr_schedule == "linear":
         warmup_steps = min(warmup_steps, total_steps // 10)
-    warmup = min(1.0, (step + 1) / max(1, warmup_steps))
+    warmup_steps = max(1, warmup_steps)
+    start = args.warmup_start_lr / args.lr
+    warmup = min(1.0, start + (1.0 - start) * (step + 1) / warmup_steps)
     if args.lr_schedule == "linear":
         return warmup * max(0.0, 1.0 - step / total_steps)
+    if args.lr_schedule == "inverse-sqrt":
+        return warmup * min(1.0, math.sqrt(warmup_steps / (step + 1)))
     return warmup
 
 
@@ -823,7 +873,8 @@ def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable,
         loss = loss_fn(model, src, tgt_in, tgt_out, args)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
+        if args.clip_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
         optimizer.step()
         scheduler.step()
         n = int((tgt_out != PAD_ID).sum())

@@ -1,13 +1,23 @@
-"""Generate SansType, the synthetic pseudocode-to-code dataset of the paper (Appendix C).
+"""Generate SansType, the synthetic pseudocode-to-code dataset of the paper (Appendix C), as the authors ran it.
 
     python make_sanstype.py                     # data/sanstype: 1000 labeled, 20000 unlabeled, 500 per eval split
     python make_sanstype.py --out /tmp/tiny --num-labeled 30 --num-unlabeled 100 --num-eval 20 --vocab-size 200
     python make_sanstype.py --judge-unlabeled   # also prove all 20000 unlabeled programs compile (+5 min)
+    python make_sanstype.py --describe data/sanstype/train tests/fixtures/released/train   # compare statistics
 
-Each program declares 1-4 variables (int, string or bool; named var_0..var_9), either read from stdin or set
-to a value (ints 0..99, strings "str_0".."str_9"), then runs 1-5 random lines (20% declare a new variable,
-80% a type-preserving operation) and prints every variable. The pseudocode never names a type and uses the
-same words for declaring and updating ("set var_0 to 5"), so the predictor has to infer types from context.
+A program (random_program) is built in three phases, as the authors' released generator builds it:
+  1. 1-3 variables (int, string or bool; var_0..var_9), each set to a value or read from stdin;
+  2. every one of them is touched once, in random order, by an operation that keeps its type (add, subtract,
+     append, prepend, and, set, or a swap inside `if ( v ) {`): this is what tells the predictor its type;
+  3. 1-4 random lines: 80% an operation on a random variable (10% of them after a min/max of two ints),
+     20% a new variable set to a value;
+then every variable is printed. The pseudocode never names a type and uses the same words for declaring
+and updating ("set var_0 to 5"), so the predictor has to infer each type from what the program does to it.
+
+Where the paper's text and the released generator disagree, we follow the generator, since it made the
+paper's numbers: 1-3 initial variables (Appendix C says 1-4) plus phase 2, which the text does not
+mention; ints 0..99 (the text: 0 to 100). The subtract pseudocode reads "set V to X minus V" while the code
+computes `V - X`: the released data says so too, and we keep it.
 
 Writes, one program per line and the same line number across a split's files:
     {train,val,test,ood}.src   pseudocode   ' $ set var_0 to 5;  $ print var_0;  $ '
@@ -16,70 +26,57 @@ Writes, one program per line and the same line number across a split's files:
     {train,val,test,ood}.out   what the gold program prints: found by compiling and running it with the judge
     unlabeled.tgt              code only, to pre-train the denoiser
     spm.model                  sentencepiece BPE, one vocabulary for train pseudocode + all training code
-train, val and test use the in-distribution pseudocode templates; ood uses the disjoint OOD set below.
-The same --seed gives the same bytes; each split has its own random stream, so changing the size of one
-split does not change the others.
+train, val and test use the in-distribution pseudocode templates; ood the OOD templates below, with the same
+programs' distribution. The same --seed gives the same bytes; each split has its own random stream, so
+changing the size of one split does not change the others.
 """
 import argparse
 import os
 import random
+import re
 import sys
 
 import common
 
 # ----------------------------------------------------------------------------------------------------
 # Pseudocode templates, one list per statement kind: {v}, {w} are variables, {x} a value, {f} min or max.
-# The OOD templates are the in-distribution words mixed and matched (the paper's example is the print
-# statement), so a model that only memorised the training phrasings fails on them.
-#
-#   kind      in distribution (train/val/test)           out of distribution (ood)
-#   declare   instantiate V / create variable V            instantiate variable V / create V
-#   read      read V from stdin / input V                  read V / input V from stdin / stdin V
-#   set       set V to X / let V be X                      set V to be X / let V be set to X
-#   prepend   add S to the beginning of V / prepend S to V prepend S to the beginning of V
-#   append    add S to the end of V / append S to V        append S to the end of V / add S to V
-#   add       set V to N plus V / increase V by N          set V to V plus N / increase V to N plus V
-#   subtract  set V to N minus V / decrease V by N         set V to V minus N / decrease V to N minus V
-#   and       set V to the and with B / set V to V and B   set V to V and with B / set V to the and of V and B
-#   minmax    set V to min applied to V and W /            set V to min of V and W /
-#             set V to the min of V and W                  set V to the min applied to V and W
-#   swap      swap the values of V and W /                 swap V and W /
-#             set V to the value of W and W to the value of V      set V to W and W to V
-#   print     print V / output V to stdout                 print V to stdout / output V / stdout V
-#
-# The first in-distribution template of each kind is the one of the released SansType files.
-# A conditional swap reads "if C is true, <swap>"; with block-scoped variables
-# "if C is true, TAB <set>; TAB <set>; <swap>".
+# train/val/test use the 15 in-distribution templates; ood rephrases most statement kinds (about 60% of its
+# template parts are never seen in training; the declare, set and min/max lines are kept).
+# An if-swap is one statement: "if V is true, [TAB set V to X; TAB set W to Y;] swap the values of V and W".
 # ----------------------------------------------------------------------------------------------------
 IN_DISTRIBUTION = {
-    "declare": ["instantiate {v}", "create variable {v}"],
-    "read": ["read {v} from stdin", "input {v}"],
-    "set": ["set {v} to {x}", "let {v} be {x}"],
-    "prepend": ["add {x} to the beginning of {v}", "prepend {x} to {v}"],
-    "append": ["add {x} to the end of {v}", "append {x} to {v}"],
-    "add": ["set {v} to {x} plus {v}", "increase {v} by {x}"],
-    "subtract": ["set {v} to {x} minus {v}", "decrease {v} by {x}"],
-    "and": ["set {v} to the and with {x}", "set {v} to {v} and {x}"],
-    "minmax": ["set {v} to {f} applied to {v} and {w}", "set {v} to the {f} of {v} and {w}"],
-    "swap": ["swap the values of {v} and {w}", "set {v} to the value of {w} and {w} to the value of {v}"],
+    "set": ["set {v} to {x}"],
+    "declare": ["instantiate {v}"],
+    "read": ["read {v} from stdin"],
     "print": ["print {v}", "output {v} to stdout"],
+    "add": ["set {v} to {x} plus {v}"],
+    "subtract": ["set {v} to {x} minus {v}"],
+    "append": ["add {x} to the end of {v}"],
+    "prepend": ["add {x} to the beginning of {v}"],
+    "and": ["set {v} to the and with {x}"],
+    "if": ["if {v} is true,"],
+    "swap": ["set {v} to the value of {w} and {w} to the value of {v}", "swap the values of {v} and {w}"],
+    "minmax": ["set {v} to {f} applied to {v} and {w}"],
 }
 OUT_OF_DISTRIBUTION = {
-    "declare": ["instantiate variable {v}", "create {v}"],
-    "read": ["read {v}", "input {v} from stdin", "stdin {v}"],
-    "set": ["set {v} to be {x}", "let {v} be set to {x}"],
-    "prepend": ["prepend {x} to the beginning of {v}"],
-    "append": ["append {x} to the end of {v}", "add {x} to {v}"],
-    "add": ["set {v} to {v} plus {x}", "increase {v} to {x} plus {v}"],
-    "subtract": ["set {v} to {v} minus {x}", "decrease {v} to {x} minus {v}"],
-    "and": ["set {v} to {v} and with {x}", "set {v} to the and of {v} and {x}"],
-    "minmax": ["set {v} to {f} of {v} and {w}", "set {v} to the {f} applied to {v} and {w}"],
-    "swap": ["swap {v} and {w}", "set {v} to {w} and {w} to {v}"],
+    "set": ["set {v} to {x}"],
+    "declare": ["instantiate {v}"],
+    "read": ["read {v}", "{v} from stdin"],
     "print": ["print {v} to stdout", "output {v}", "stdout {v}"],
+    "add": ["set {v} to {v} plus {x}", "{v} to {x} plus {v}", "set {v} to {x} plus the value of {v}"],
+    "subtract": ["{v} to {x} minus {v}", "set {v} to {x} minus the value of {v}"],
+    "append": ["add {x} to {v} end", "add {x} to end of {v}"],
+    "prepend": ["add {x} to {v} beginning", "add {x} to beginning of {v}"],
+    "and": ["set {v} to {v} and {x}", "and {v} with {x}", "{v} and {x}"],
+    "if": ["if {v} true,", "if {v},"],
+    "swap": ["set {v} to {w} and set {w} to {v}", "set {v} to the value of {w} and {w} to {v}", "swap {v} and {w}"],
+    "minmax": ["set {v} to {f} applied to {v} and {w}"],
 }
 
-TYPES = ("int", "string", "bool")
+TYPES = ("int", "bool", "string")
 NAMES = [f"var_{i}" for i in range(10)]
+# The operations that keep a variable's type, 1/3 each; a bool's swap is `if ( v ) { ... swap ... }`.
+OPERATIONS = {"int": ("add", "subtract", "set"), "string": ("append", "prepend", "set"), "bool": ("and", "set", "if")}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -116,51 +113,48 @@ def declare_with_value(type_, v, rng, templates):
     return say(templates, "set", rng, v=v, x=x), code
 
 
-def update(v, type_, variables, rng, templates):
-    """A type-preserving operation on the existing variable v (3 per type, plus min/max on two ints)."""
-    other_ints = [w for w, t in variables.items() if t == "int" and w != v]
-    if type_ == "int" and other_ints and rng.random() < 0.1:
-        w, f = rng.choice(other_ints), rng.choice(["min", "max"])
-        return say(templates, "minmax", rng, v=v, w=w, f=f), f"{v} = {f} ( {v} , {w} ) ;"
-    op = rng.choice({"int": ["set", "add", "subtract"],
-                     "string": ["set", "prepend", "append"],
-                     "bool": ["set", "and", "swap"]}[type_])
-    if op == "swap":
+def operation(v, variables, rng, templates):
+    """One of the three type-preserving operations of v's type, on the existing variable v."""
+    op = rng.choice(OPERATIONS[variables[v]])
+    if op == "if":
         return conditional_swap(v, variables, rng, templates)
-    x = random_value(type_, rng)
+    x = random_value(variables[v], rng)
     pseudo = say(templates, op, rng, v=v, x=x)
-    if op == "set":
-        return pseudo, f"{v} = {x} ;"
-    if op == "prepend":
-        return pseudo, f"{v} = {x} + {v} ;"
-    if op == "append":
-        return pseudo, rng.choice([f"{v} += {x} ;", f"{v} = {v} + {x} ;"])
-    if op == "add":
-        return pseudo, rng.choice([f"{v} += {x} ;", f"{v} = {v} + {x} ;"])
-    if op == "subtract":
-        return pseudo, rng.choice([f"{v} -= {x} ;", f"{v} = {v} - {x} ;"])
-    return pseudo, f"{v} = {v} && {x} ;"  # op == "and"
+    code = {"set": [f"{v} = {x} ;"],
+            "add": [f"{v} += {x} ;", f"{v} = {v} + {x} ;"],
+            "subtract": [f"{v} -= {x} ;", f"{v} = {v} - {x} ;"],
+            "append": [f"{v} += {x} ;", f"{v} = {v} + {x} ;"],
+            "prepend": [f"{v} = {x} + {v} ;"],
+            "and": [f"{v} = {v} && {x} ;"]}[op]
+    return pseudo, rng.choice(code)
+
+
+def min_or_max(ints, rng, templates):
+    """v = min|max ( v , w ) on two distinct initial ints."""
+    v, w = rng.sample(ints, 2)
+    f = rng.choice(["min", "max"])
+    return say(templates, "minmax", rng, v=v, w=w, f=f), f"{v} = {f} ( {v} , {w} ) ;"
 
 
 def conditional_swap(c, variables, rng, templates):
-    """'if c is true' swap two variables of one type through a temp declared inside the block.
+    """'if c is true,' swap two variables of one type through a `temp` declared inside the block.
 
-    Half the time (or when no two outer variables share a type) the block first declares the two
-    variables it swaps: they shadow outer variables or are new and vanish at the closing brace, which
-    is exactly the scoping the predictor has to get right.
+    If two variables share a type, swap the first two of the first such type (in declaration order;
+    c itself may be one). Otherwise the block first declares two variables of a random type and swaps
+    those: they shadow outer variables or are new and vanish at the closing brace, which is exactly the
+    scoping the predictor has to get right.
     """
-    same_type_pairs = [(a, b) for a in variables for b in variables if a < b and variables[a] == variables[b]]
-    if same_type_pairs and rng.random() < 0.5:
-        a, b = rng.choice(same_type_pairs)
-        type_, block_pseudo, block_code = variables[a], "", ""
+    first_shared = [v for v in variables if list(variables.values()).count(variables[v]) > 1]
+    if first_shared:
+        type_ = variables[first_shared[0]]
+        a, b = [v for v in variables if variables[v] == type_][:2]
+        block_pseudo = block_code = ""
     else:
         type_, (a, b) = rng.choice(TYPES), rng.sample(NAMES, 2)
         decl_a, decl_b = (declare_with_value(type_, name, rng, templates) for name in (a, b))
         block_pseudo = f"TAB {decl_a[0]}; TAB {decl_b[0]}; "
         block_code = f"~ {decl_a[1]} ~ {decl_b[1]} "
-    if rng.random() < 0.5:  # the pairs above are in name order; either variable may come first
-        a, b = b, a
-    pseudo = f"if {c} is true, {block_pseudo}{say(templates, 'swap', rng, v=a, w=b)}"
+    pseudo = f"{say(templates, 'if', rng, v=c)} {block_pseudo}{say(templates, 'swap', rng, v=a, w=b)}"
     code = f"if ( {c} ) {{ {block_code}{type_} temp = {a} ; {a} = {b} ; {b} = temp ; }}"
     return pseudo, code
 
@@ -171,26 +165,32 @@ def random_program(rng, templates):
     statements = []  # (pseudocode, code) pairs
     stdin = []
 
-    # Phase 1: declare 1-4 variables, each read from stdin or set to a value.
-    for _ in range(rng.randint(1, 4)):
-        v = rng.choice([name for name in NAMES if name not in variables])
+    # Phase 1: 1-3 variables, each set to a value or read from stdin.
+    initial = rng.sample(NAMES, rng.randint(1, 3))
+    for v in initial:
         variables[v] = type_ = rng.choice(TYPES)
         if rng.random() < 0.5:
+            statements.append(declare_with_value(type_, v, rng, templates))
+        else:
             statements.append((say(templates, "declare", rng, v=v), f"{type_} {v} ;"))
             statements.append((say(templates, "read", rng, v=v), f"cin >> {v} ;"))
             stdin.append(random_stdin_value(type_, rng))
-        else:
-            statements.append(declare_with_value(type_, v, rng, templates))
 
-    # Phase 2: 1-5 lines, 20% a new variable, 80% a type-preserving operation on an existing one.
-    for _ in range(rng.randint(1, 5)):
-        if rng.random() < 0.2 and len(variables) < len(NAMES):
-            v = rng.choice([name for name in NAMES if name not in variables])
+    # Phase 2: an operation on every initial variable, which pins down its type.
+    for v in rng.sample(initial, len(initial)):
+        statements.append(operation(v, variables, rng, templates))
+
+    # Phase 3: 1-4 lines, 80% an operation on any variable (sometimes after a min/max), 20% a new variable.
+    ints = [v for v in initial if variables[v] == "int"]
+    for _ in range(rng.randint(1, 4)):
+        if rng.random() < 0.8:
+            if len(ints) >= 2 and rng.random() < 0.1:
+                statements.append(min_or_max(ints, rng, templates))
+            statements.append(operation(rng.choice(list(variables)), variables, rng, templates))
+        else:
+            v = rng.choice([name for name in NAMES if name not in variables])  # (at most 7 in use here)
             variables[v] = rng.choice(TYPES)
             statements.append(declare_with_value(variables[v], v, rng, templates))
-        else:
-            v = rng.choice(list(variables))
-            statements.append(update(v, variables[v], variables, rng, templates))
 
     # Print every outer-scope variable: cout with no separator, bools print as 1/0.
     for v in variables:
@@ -206,6 +206,94 @@ def make_split(name, size, seed, templates):
     rng = random.Random(f"sanstype-{seed}-{name}")  # str seeds are hashed with sha512: stable across runs
     programs = [random_program(rng, templates) for _ in range(size)]
     return [list(column) for column in zip(*programs)]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Fidelity: statistics of a split's files, to compare ours with the released ones (--describe).
+# ----------------------------------------------------------------------------------------------------
+VALUE = r'"str_\d"|\b\d+\b|\btrue\b|\bfalse\b'  # a literal; (the 0 of var_0 is no word of its own)
+
+
+def statement_parts(src):
+    """Each pseudocode statement of a line as a list of parts: an if-swap is its condition, its block's
+    declarations and its swap ('if V is true,', 'TAB set V to X', ..., 'swap the values of V and W')."""
+    for statement in src.split(" $ "):
+        statement = statement.strip().rstrip(";").strip()
+        if statement.startswith("if "):
+            condition, rest = statement.split(",", 1)
+            yield [condition + ","] + [part.strip() for part in rest.split(";")]
+        elif statement:
+            yield [statement]
+
+
+def pseudocode_templates(src):
+    """The template of every statement part of a pseudocode line: variables -> V, values -> X, min/max -> F."""
+    return [re.sub(r"\b(min|max)\b", "F", re.sub(VALUE, "X", re.sub(r"var_\d", "V", part)))
+            for parts in statement_parts(src) for part in parts]
+
+
+def undetermined_variables(src):
+    """The outer variables of a pseudocode line whose type nothing in the pseudocode determines.
+
+    A value gives its variable's type away (`set V to 5`, `add "str_1" to the end of V`), and so do a
+    condition (bool) and min/max (int); a swap of two variables ties their types together. A block's
+    variables are declared and swapped inside it (`TAB set V to X`): they say nothing of the outer ones.
+    """
+    variables, known, ties = set(), set(), []
+    for parts in statement_parts(src):
+        if any(part.startswith("TAB ") for part in parts):
+            parts = parts[:1]
+        for part in parts:
+            names = set(re.findall(r"var_\d", part))
+            variables |= names
+            if part.startswith("if ") or re.search(VALUE + r"|\b(min|max)\b", part):
+                known |= names
+            elif len(names) == 2:  # a swap
+                ties.append(names)
+    for _ in ties:  # enough rounds for a type to pass along any chain of swaps
+        for names in ties:
+            if names & known:
+                known |= names
+    return sorted(variables - known)
+
+
+def describe(src, tgt, inp):
+    """Statistics of one split's lines, those the released files are compared on (README, tests)."""
+    n = len(tgt)
+    code = [line.split(" $ ")[1:-1] for line in tgt]
+    return {
+        "programs with a variable of undetermined type": sum(bool(undetermined_variables(s)) for s in src) / n,
+        "operations per program": sum(not re.match(r"(int|string|bool) |cin |cout ", s)
+                                      for statements in code for s in statements) / n,
+        "variables declared outside blocks": sum(bool(re.match(r"(int|string|bool) ", s))
+                                                 for statements in code for s in statements) / n,
+        "code tokens per program": sum(len(line.split(" ")) for line in tgt) / n,
+        "programs with an if-block": sum("if (" in line for line in tgt) / n,
+        "programs that read stdin": sum(bool(line) for line in inp) / n,
+        "pseudocode templates": len({t for s in src for t in pseudocode_templates(s)}),
+    }
+
+
+def unseen_template_share(train_src, src):
+    """The share of a split's pseudocode template parts (counting every occurrence) never seen in train."""
+    seen = {t for s in train_src for t in pseudocode_templates(s)}
+    parts = [t for s in src for t in pseudocode_templates(s)]
+    return sum(t not in seen for t in parts) / len(parts)
+
+
+def print_description(prefixes):
+    """--describe: one column of statistics per split, given as path prefixes (data/sanstype/train)."""
+    columns = {}
+    for prefix in prefixes:
+        src, tgt, inp = (common.read_lines(f"{prefix}.{ext}") for ext in ("src", "tgt", "inp"))
+        train_src = common.read_lines(os.path.join(os.path.dirname(prefix), "train.src"))
+        columns[prefix] = {**describe(src, tgt, inp),
+                           "template parts not seen in train": unseen_template_share(train_src, src)}
+    print("| | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns))
+    for row in next(iter(columns.values())):
+        cells = [str(c[row]) if isinstance(c[row], int) else f"{c[row]:.0%}" if c[row] < 1 else f"{c[row]:.1f}"
+                 for c in columns.values()]
+        print(f"| {row} | " + " | ".join(cells) + " |")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -235,6 +323,8 @@ def parse_args(argv):
     parser.add_argument("--vocab-size", type=int, default=600, help="joined sentencepiece BPE vocabulary")
     parser.add_argument("--judge-unlabeled", action="store_true",
                         help="also compile and run the unlabeled programs (slow; the generator is tested)")
+    parser.add_argument("--describe", nargs="+", metavar="PREFIX",
+                        help="only print statistics of existing splits (e.g. data/sanstype/train) and exit")
     args = parser.parse_args(argv)
     for flag in ("num_labeled", "num_unlabeled", "num_eval", "vocab_size"):
         if getattr(args, flag) < 1:
@@ -244,6 +334,8 @@ def parse_args(argv):
 
 def main(argv=None):
     parser, args = parse_args(argv)
+    if args.describe:
+        return common.run_main("make_sanstype.py", print_description, args.describe)
     sizes = {"train": args.num_labeled, "val": args.num_eval, "test": args.num_eval,
              "ood": args.num_eval, "unlabeled": args.num_unlabeled}
     splits = {name: make_split(name, size, args.seed, OUT_OF_DISTRIBUTION if name == "ood" else IN_DISTRIBUTION)

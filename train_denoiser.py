@@ -20,10 +20,11 @@ import torch
 import common
 
 # Training presets; the model sizes come from common.MODEL_PRESETS under the same name.
-# Pre-training keeps the peak rate to its last epoch (--lr-schedule linear is untested here).
+# paper: the authors' fairseq command (dropout 0.4, 1e-3 after 4000 warm-up updates from 1e-7, inverse-sqrt,
+# ~16000 tokens, i.e. about 176 programs, per update). cpu keeps the peak rate to its last epoch.
 PRESETS = {
-    "paper": dict(epochs=50, batch_size=32, lr=5e-4, warmup_steps=4000, patience=10, max_programs=0,
-                  lr_schedule="constant"),
+    "paper": dict(epochs=50, batch_size=176, lr=1e-3, warmup_steps=4000, warmup_start_lr=1e-7, patience=50,
+                  max_programs=0, lr_schedule="inverse-sqrt", dropout=0.4),
     "cpu": dict(epochs=4, batch_size=32, lr=1e-3, warmup_steps=300, patience=3, max_programs=0,
                 lr_schedule="constant"),
     "smoke": dict(epochs=2, batch_size=8, lr=1e-3, warmup_steps=5, patience=2, max_programs=64,
@@ -41,14 +42,19 @@ def parse_args(argv=None):
     parser.add_argument("--data", default="data/sanstype")
     parser.add_argument("--out", default="runs/denoiser")
     parser.add_argument("--corruption", choices=sorted(CORRUPTIONS), default="code",
-                        help="code: Appendix C's type and arrow edits; random: drop each token (Section 6.2.4)")
-    parser.add_argument("--num-corruptions", type=int, default=1, help="code edits per program")
+                        help="code: Appendix C's statement-level type, stream and print edits; "
+                             "random: drop each word of a statement (Table 5)")
+    parser.add_argument("--num-corruptions", type=int, default=3,
+                        help="code: at most this many statements noised per program (1 to N, 90%% of programs)")
     parser.add_argument("--deletion-probability", type=float, default=0.15)
     parser.add_argument("--max-programs", type=int, help="use only this many training programs (0: all)")
     parser.add_argument("--repair-every", type=int, default=1, help="judge val repairs every N epochs (0: never)")
     parser.add_argument("--repair-programs", type=int, default=100, help="how many val programs to repair")
     common.add_training_args(parser)
-    return common.resolve_preset(parser.parse_args(argv), PRESETS)
+    args = parser.parse_args(argv)
+    if args.num_corruptions < 1 or not 0 <= args.deletion_probability <= 1:
+        parser.error("--num-corruptions must be at least 1 and --deletion-probability within [0, 1]")
+    return common.resolve_preset(args, PRESETS)
 
 
 def main(argv=None):

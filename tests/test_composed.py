@@ -54,15 +54,16 @@ def estimated_gradient(model, denoiser, src, gold, gamma, baseline, batch=250, d
     return -torch.cat([p.grad.flatten() for p in model.parameters()]) * n_tokens / batch / draws
 
 
-# Relative errors seen over 40,000 samples: 0.12 for the paper's estimator, 0.010 with the
-# leave-one-out baseline (both halve with 4x the samples: no bias). Counting an EOS for outputs cut
-# at MAX_LEN gives 18.7 and 0.50; scoring outputs with PAD and BOS allowed fails the enumeration.
-@pytest.mark.parametrize("baseline, tolerance", [("none", 0.25), ("leave-one-out", 0.05), ("batch", 0.05)])
+# Relative errors seen over 40,000 samples (two seeds): 0.25-0.27 for the paper's estimator, 0.011-0.028
+# with the leave-one-out baseline, 0.009-0.025 with the batch baseline (all halve with 4x the samples: no
+# bias). Counting an EOS for outputs cut at MAX_LEN gave 18.7 and 0.50; scoring outputs with PAD and BOS
+# allowed fails the enumeration.
+@pytest.mark.parametrize("baseline, tolerance", [("none", 0.4), ("leave-one-out", 0.05), ("batch", 0.05)])
 def test_reinforce_estimate_matches_the_enumerated_gradient(baseline, tolerance):
-    model, denoiser = tiny_model(0).eval(), tiny_model(1).eval()
-    with torch.no_grad():  # a confident denoiser: rewards from -14.6 to -19.4 over the 13 outputs
-        denoiser.embed.weight *= 3
-    src, gold, gamma = torch.tensor([[4, 5, common.EOS_ID]]), [5, 4], -19.0  # gamma clamps 5 of them
+    model, denoiser = tiny_model(0).eval(), tiny_model(9).eval()
+    with torch.no_grad():  # a confident denoiser: rewards from -16.6 to -13.0 over the 13 outputs
+        denoiser.embed.weight *= 2
+    src, gold, gamma = torch.tensor([[4, 5, common.EOS_ID]]), [5, 4], -14.9  # gamma clamps 5 of them
     torch.manual_seed(2)
     exact = exact_gradient(model, denoiser, src, gold, gamma)
     estimate = estimated_gradient(model, denoiser, src, gold, gamma, baseline)

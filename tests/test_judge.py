@@ -10,13 +10,13 @@ import pytest
 import common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(ROOT, "tests", "fixtures")
+DATA = os.path.join(ROOT, "tests", "fixtures", "released")
 
 
 def released(n=20):
-    """The first n released training programs (tests/fixtures, MIT), their inputs and outputs."""
+    """The first n released training programs (tests/fixtures/released, MIT), their inputs and outputs."""
     def lines(ext):
-        with open(os.path.join(DATA, f"released_train_head.{ext}")) as f:
+        with open(os.path.join(DATA, f"train.{ext}")) as f:
             return f.read().split("\n")[:n]
     return lines("tgt"), lines("inp"), lines("out")
 

@@ -1,7 +1,7 @@
 """make_sanstype.py end to end on a tiny dataset, and the tokenizer it trains (common.py section 1).
 
-tests/fixtures/released_train_head.* are the first 50 programs of the released SansType train split
-(MIT License, Copyright (c) 2020 Michael Xie: see tests/fixtures/LICENSE).
+tests/fixtures/released/ holds the released SansType train and val splits (MIT License,
+Copyright (c) 2020 Michael Xie: see tests/fixtures/released/LICENSE).
 """
 import os
 import random
@@ -15,7 +15,7 @@ import common
 import make_sanstype
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(ROOT, "tests", "fixtures")
+DATA = os.path.join(ROOT, "tests", "fixtures", "released")
 TINY = ["--num-labeled", "30", "--num-unlabeled", "100", "--num-eval", "20", "--vocab-size", "200", "--seed", "1"]
 SPLITS = ["train", "val", "test", "ood"]
 FILES = [f"{s}.{e}" for s in SPLITS for e in ("src", "tgt", "inp", "out")] + ["unlabeled.tgt", "spm.model"]
@@ -112,24 +112,62 @@ def test_pseudocode_never_names_a_type(dataset):
     assert {"int V = N ;", "string V ; V = S ;", "V = N ;", "V = S ;"} <= statement_shapes(code)
 
 
-def test_ood_pseudocode_shares_no_statement_with_training(dataset):
-    out = dataset[0]
-    train = statement_shapes(read_lines(out / "train.src"))
-    ood = statement_shapes(read_lines(out / "ood.src"))
-    assert train and ood and not train & ood
-    # with a sample big enough to hold every template, in both directions
-    train = statement_shapes(make_sanstype.make_split("train", 3000, 0, make_sanstype.IN_DISTRIBUTION)[0])
-    ood = statement_shapes(make_sanstype.make_split("ood", 3000, 0, make_sanstype.OUT_OF_DISTRIBUTION)[0])
-    assert len(train) > 40 and len(ood) > 40
-    assert not train & ood
-    assert not statement_shapes(read_lines(out / "test.src")) - train  # test is in distribution
+def templates(lines):
+    return {t for line in lines for t in make_sanstype.pseudocode_templates(line)}
 
 
-def test_in_distribution_covers_the_released_data():
-    """Every statement of the released programs, in code and in pseudocode, is one we generate too."""
-    src, tgt, _ = make_sanstype.make_split("train", 3000, 0, make_sanstype.IN_DISTRIBUTION)
-    assert not statement_shapes(read_lines(os.path.join(DATA, "released_train_head.src"))) - statement_shapes(src)
-    assert not statement_shapes(read_lines(os.path.join(DATA, "released_train_head.tgt"))) - statement_shapes(tgt)
+# The reference's OOD templates (X a value, V a variable, F min or max), with those kept from training.
+OOD_TEMPLATES = {
+    "set V to X", "instantiate V", "TAB set V to X", "set V to F applied to V and V",
+    "read V", "V from stdin", "print V to stdout", "output V", "stdout V",
+    "set V to V plus X", "V to X plus V", "set V to X plus the value of V",
+    "V to X minus V", "set V to X minus the value of V", "add X to V end", "add X to end of V",
+    "add X to V beginning", "add X to beginning of V", "set V to V and X", "and V with X", "V and X",
+    "if V X,", "if V,", "set V to V and set V to V", "set V to the value of V and V to V", "swap V and V"}
+
+
+def test_the_templates_are_the_released_ones():
+    """train and test use exactly the released train's 15 templates; ood the reference's OOD set."""
+    released = templates(read_lines(os.path.join(DATA, "train.src")))
+    assert len(released) == 15 and templates(read_lines(os.path.join(DATA, "val.src"))) == released
+    assert templates(make_sanstype.make_split("train", 1000, 0, make_sanstype.IN_DISTRIBUTION)[0]) == released
+    assert templates(make_sanstype.make_split("test", 500, 0, make_sanstype.IN_DISTRIBUTION)[0]) == released
+    ood = make_sanstype.make_split("ood", 500, 0, make_sanstype.OUT_OF_DISTRIBUTION)[0]
+    assert templates(ood) == OOD_TEMPLATES
+    train = make_sanstype.make_split("train", 1000, 0, make_sanstype.IN_DISTRIBUTION)[0]
+    assert 0.5 < make_sanstype.unseen_template_share(train, ood) < 0.7  # the released ood: about 60%
+
+
+def test_the_programs_are_distributed_as_the_released_ones():
+    released = make_sanstype.describe(*(read_lines(os.path.join(DATA, f"train.{e}")) for e in ("src", "tgt", "inp")))
+    for split, templates_ in (("train", make_sanstype.IN_DISTRIBUTION), ("ood", make_sanstype.OUT_OF_DISTRIBUTION)):
+        ours = make_sanstype.describe(*make_sanstype.make_split(split, 2000, 0, templates_))
+        for key in ("operations per program", "variables declared outside blocks", "code tokens per program"):
+            assert abs(ours[key] / released[key] - 1) < 0.1, (split, key, ours[key], released[key])
+        for key in ("programs with an if-block", "programs that read stdin"):
+            assert abs(ours[key] - released[key]) < 0.05, (split, key, ours[key], released[key])
+
+
+def test_every_type_is_determined_by_the_pseudocode(dataset):
+    """The checker on hand-made lines, then on the released data and on every split we generate."""
+    undetermined = make_sanstype.undetermined_variables
+    assert undetermined(" $ instantiate var_1;  $ read var_1 from stdin;  $ print var_1;  $ ") == ["var_1"]
+    assert undetermined(" $ set var_1 to 5;  $ instantiate var_2;  $ read var_2 from stdin;  $ "
+                        "if var_3 is true, swap the values of var_1 and var_2;  $ ") == []  # var_2 is var_1's type
+    assert undetermined(" $ instantiate var_2;  $ read var_2 from stdin;  $ if var_3 is true, "
+                        "TAB set var_2 to 4; TAB set var_5 to 7; swap the values of var_2 and var_5;  $ ") == ["var_2"]
+    assert not [line for line in read_lines(os.path.join(DATA, "train.src")) if undetermined(line)]
+    lines = sum((read_lines(dataset[0] / f"{split}.src") for split in SPLITS), [])
+    for split, templates_ in (("train", make_sanstype.IN_DISTRIBUTION), ("unlabeled", make_sanstype.IN_DISTRIBUTION),
+                              ("ood", make_sanstype.OUT_OF_DISTRIBUTION)):
+        lines += make_sanstype.make_split(split, 2000, 0, templates_)[0]
+    assert not [line for line in lines if undetermined(line)]
+
+
+def test_in_distribution_covers_the_released_code():
+    """Every statement of the released programs' code is one we generate too."""
+    tgt = make_sanstype.make_split("train", 3000, 0, make_sanstype.IN_DISTRIBUTION)[1]
+    assert not statement_shapes(read_lines(os.path.join(DATA, "train.tgt"))) - statement_shapes(tgt)
 
 
 def test_tokenizer_keeps_structure_in_one_piece(dataset):
@@ -152,8 +190,7 @@ def test_tokenizer_keeps_structure_in_one_piece(dataset):
 
 
 def test_train_tokenizer_is_deterministic():
-    lines = read_lines(os.path.join(DATA, "released_train_head.src"))
-    lines += read_lines(os.path.join(DATA, "released_train_head.tgt"))
+    lines = read_lines(os.path.join(DATA, "train.src"))[:50] + read_lines(os.path.join(DATA, "train.tgt"))[:50]
     random.Random(0).shuffle(lines)
     assert common.train_tokenizer(lines, 150) == common.train_tokenizer(lines, 150)
 

@@ -14,6 +14,7 @@ import common
 import evaluate
 import finetune
 import make_sanstype
+import train_denoiser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -74,7 +75,8 @@ def test_bart_freezes_the_decoder_first(data, denoiser, tmp_path):
     start = common.load_checkpoint(str(denoiser[0]))["model"]
     frozen_stage = common.load_checkpoint(str(tmp_path / "frozen" / "model.pt"))["model"]
     changed = {name for name in start if not torch.equal(start[name], frozen_stage[name])}
-    assert changed and all(name.startswith("encoder.") for name in changed)
+    # the encoder and the shared embedding matrix (the encoder's input layer), as the authors ran it
+    assert "embed.weight" in changed and all(name.startswith(("encoder", "embed.")) for name in changed)
     trained = common.load_checkpoint(str(tmp_path / "model.pt"))["model"]
     assert not torch.equal(trained["decoder.0.ffn.fc1.weight"], start["decoder.0.ffn.fc1.weight"])
     refused = script("finetune.py", "--method", "bart", "--preset", "smoke", "--data", data, "--denoiser",
@@ -83,7 +85,7 @@ def test_bart_freezes_the_decoder_first(data, denoiser, tmp_path):
 
 
 def test_linear_schedule_warms_up_then_decays_to_zero():
-    args = type("Args", (), {"warmup_steps": 10, "lr_schedule": "linear"})()
+    args = type("Args", (), {"warmup_steps": 10, "lr_schedule": "linear", "lr": 1e-3, "warmup_start_lr": 0.0})()
     factors = [common.learning_rate_factor(step, args, 100) for step in range(101)]
     assert factors[0] == 0.1 and max(factors) == factors[9] and factors[100] == 0.0
     assert all(a > b for a, b in zip(factors[9:], factors[10:]))
@@ -229,3 +231,31 @@ def test_saving_removes_what_a_killed_save_left(tmp_path):
     common.save_checkpoint(str(tmp_path / "last.pt"), {"state": 1})
     assert os.listdir(tmp_path) == ["last.pt"]
     assert common.load_checkpoint(str(tmp_path / "last.pt"), needs=("state",))["state"] == 1
+
+
+def test_inverse_sqrt_schedule_warms_up_from_its_start_rate_then_decays():
+    """The paper preset's schedule, fairseq's inverse_sqrt: the denoiser warms up from 1e-7 to 1e-3 in 4000 updates."""
+    args = type("Args", (), {"warmup_steps": 4000, "lr_schedule": "inverse-sqrt", "lr": 1e-3,
+                             "warmup_start_lr": 1e-7})()
+    rate = [1e-3 * common.learning_rate_factor(step, args, 10 ** 6) for step in (0, 1999, 3999, 15999, 63999)]
+    assert rate[0] < 1e-6 and abs(rate[1] - 0.5e-3) < 1e-6 and rate[2] == 1e-3
+    assert abs(rate[3] - 0.5e-3) < 1e-12 and abs(rate[4] - 0.25e-3) < 1e-12  # peak * sqrt(4000 / step)
+
+
+def test_the_recipe_is_the_authors_in_every_preset():
+    """No label smoothing, no clipping, composed at a tenth of standard's rate; the paper preset's rates,
+    warm-ups and dropout are those of the authors' fairseq commands. A flag still wins."""
+    for preset in ("cpu", "paper", "smoke"):
+        runs = {method: finetune.parse_args(["--method", method, "--preset", preset])
+                for method in ("baseline", "standard", "composed")}
+        runs["denoiser"] = train_denoiser.parse_args(["--preset", preset])
+        assert all(args.label_smoothing == 0 and args.clip_norm == 0 for args in runs.values())
+        assert runs["composed"].lr == pytest.approx(runs["standard"].lr / 10)
+    paper = {method: finetune.parse_args(["--method", method, "--preset", "paper"]) for method in finetune.METHODS}
+    assert [(paper[m].lr, paper[m].warmup_steps, paper[m].warmup_start_lr) for m in ("baseline", "standard")] == \
+        [(2e-3, 400, 5e-4), (2e-3, 150, 1e-4)]
+    assert (paper["composed"].lr, paper["composed"].warmup_steps) == (pytest.approx(2e-4), 90)
+    assert all(args.lr_schedule == "inverse-sqrt" and args.epochs >= 300 for args in paper.values())
+    denoiser = train_denoiser.parse_args(["--preset", "paper"])
+    assert (denoiser.dropout, denoiser.lr, denoiser.warmup_steps, denoiser.warmup_start_lr) == (0.4, 1e-3, 4000, 1e-7)
+    assert finetune.parse_args(["--method", "composed", "--lr", "5e-4"]).lr == 5e-4

@@ -47,6 +47,18 @@ def test_a_cache_with_rows_selected_mid_decode_matches_teacher_forcing():
     assert torch.allclose(full, torch.cat([before[rows], *after], dim=1), atol=1e-5)
 
 
+def test_layers_normalise_before_each_sublayer():
+    """Pre-norm, as the authors' fairseq models: with both sublayers' outputs a constant c, an encoder layer
+    adds c to its input as it is (a post-norm layer would return LayerNorm(x + c))."""
+    layer = tiny().encoder[0]
+    with torch.no_grad():
+        for sublayer_output in (layer.attention.out, layer.ffn.fc2):
+            sublayer_output.weight.zero_()
+            sublayer_output.bias.fill_(0.5)
+    x = 3 * torch.randn(2, 5, 32)
+    assert torch.allclose(layer(x, None), x + 1.0)
+
+
 def test_cached_greedy_decoding_equals_uncached():
     model = tiny(vocab=50).eval()
     src = torch.randint(4, 50, (4, 10))
@@ -56,7 +68,8 @@ def test_cached_greedy_decoding_equals_uncached():
 def test_finished_rows_leave_the_batch_without_changing_the_others():
     model = tiny(vocab=30).eval()
     with torch.no_grad():
-        model.embed.weight[EOS_ID] *= 2.5  # a likelier EOS: rows finish at different steps (11, 14, 15, none)
+        # a likelier EOS (its logit + ~2.5): rows finish at many different steps, a third never
+        model.decoder_norm.bias.copy_(2.5 * model.embed.weight[EOS_ID])
     src = torch.randint(4, 30, (64, 6))
     together = model.generate(src, max_len=20)
     assert len(set(map(len, together))) > 2
