@@ -547,7 +547,7 @@ def delete_random_words(code, rng, p=0.15):
 def sequence_loss(logits, targets, label_smoothing: float = 0.0):
     """Mean cross entropy per target token (padding ignored), optionally label-smoothed:
     (1 - eps) * -log p(y_t) + eps * mean over the vocabulary of -log p(v)."""
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD_ID,
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=PAD_ID,
                            label_smoothing=label_smoothing)
 
 
@@ -700,6 +700,8 @@ def add_training_args(parser):
     parser.add_argument("--lr-schedule", choices=("constant", "inverse-sqrt", "linear"),
                         help="after the warm-up: the peak rate to the end, fairseq's peak * sqrt(warm-up / step) "
                              "(the paper's), or a linear decay to 0 at the last epoch")
+    parser.add_argument("--precision", choices=("fp32", "bf16"),
+                        help="bf16: matrix products in bfloat16 under autocast (weights and optimizer stay fp32)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt after an interrupt")
@@ -707,7 +709,7 @@ def add_training_args(parser):
 
 # The authors' recipe (fairseq): plain cross entropy (no label smoothing) and no gradient clipping.
 TRAINING_DEFAULTS = dict(weight_decay=1e-4, label_smoothing=0.0, clip_norm=0.0, warmup_start_lr=0.0, dropout=0.1,
-                         attention_dropout=0.2, activation_dropout=0.2)
+                         attention_dropout=0.2, activation_dropout=0.2, precision="fp32")
 
 
 def resolve_preset(args, script_presets: dict):
@@ -730,6 +732,12 @@ def config_from_args(args, vocab_size: int) -> TransformerConfig:
 
 def pick_device(name: str | None = None) -> torch.device:
     return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def autocast(precision: str, device: torch.device):
+    """Mixed precision where --precision bf16 asks for it, on the CPU and on CUDA: matrix products run in
+    bfloat16, while the weights, the optimizer's state and the losses (sequence_loss casts) stay fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 def batches(pairs: list, batch_size: int, rng: random.Random | None = None):
@@ -822,7 +830,8 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
         epoch = state["epoch"] + 1
         train_loss = train_one_epoch(model, train_pairs_for_epoch(epoch), optimizer, scheduler, args, device,
                                      trainable, f"epoch {epoch}/{args.epochs}", loss_fn)
-        val_loss = validate(model) if validate else validation_loss(model, val_pairs, args.batch_size, device)
+        with autocast(args.precision, device):
+            val_loss = validate(model) if validate else validation_loss(model, val_pairs, args.batch_size, device)
         state["epoch"] = epoch
         state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss})
         improved = val_loss < state["best_loss"]
@@ -870,7 +879,8 @@ def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable,
     total, tokens, start = 0.0, 0, time.time()
     for src, tgt_in, tgt_out in batches(pairs, args.batch_size, rng):
         src, tgt_in, tgt_out = src.to(device), tgt_in.to(device), tgt_out.to(device)
-        loss = loss_fn(model, src, tgt_in, tgt_out, args)
+        with autocast(args.precision, device):
+            loss = loss_fn(model, src, tgt_in, tgt_out, args)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if args.clip_norm:

@@ -50,6 +50,11 @@ def gradient_variance(model, loss_of_batch, n):
     return (grads - grads.mean(0)).pow(2).sum(1).mean().item(), grads.mean(0).norm().item()
 
 
+def ratio(a, b) -> str:
+    """a / b to one decimal; a degenerate model (a smoke preset's, whose gradients may all be 0) gives 'n/a'."""
+    return f"{a / b:.1f}" if b else "n/a"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="data/sanstype")
@@ -82,9 +87,8 @@ def main():
                                             baseline=baseline, **weights)
 
     model.train()
-    times = timed_steps(model, {"standard": lambda: common.sequence_loss(model(src, tgt_in), tgt_out, 0.1),
-                                **{k: loss_of(k, "batch", label_smoothing=0.1) for k in (1, 2)}},
-                        args.steps)
+    times = timed_steps(model, {"standard": lambda: common.sequence_loss(model(src, tgt_in), tgt_out),
+                                **{k: loss_of(k, "batch") for k in (1, 2)}}, args.steps)
     standard, composed = times.pop("standard"), times
     print(f"standard step {1000 * standard:.0f} ms; composed step "
           + ", ".join(f"{k} sample{'s' if k > 1 else ''} {1000 * t:.0f} ms ({t / standard:.1f}x)"
@@ -97,8 +101,8 @@ def main():
         variances[samples, baseline] = variance, mean_norm = gradient_variance(model, first_term, args.estimates)
         print(f"REINFORCE gradient, {samples} sample(s), baseline {baseline}: "
               f"variance {variance:.4g} (mean gradient norm {mean_norm:.4g})", flush=True)
-    print(f"variance_reduction_leave_one_out={variances[2, 'none'][0] / variances[2, 'leave-one-out'][0]:.1f} "
-          f"(2 samples); variance_reduction_batch={variances[1, 'none'][0] / variances[1, 'batch'][0]:.1f} (1 sample)")
+    print(f"variance_reduction_leave_one_out={ratio(variances[2, 'none'][0], variances[2, 'leave-one-out'][0])} "
+          f"(2 samples); variance_reduction_batch={ratio(variances[1, 'none'][0], variances[1, 'batch'][0])} (1 sample)")
     print(f"default estimator: {default.samples} sample(s), baseline {default.reinforce_baseline}")
     print(f"composed_step_vs_standard={composed[default.samples] / standard:.1f}")
 

@@ -1,13 +1,15 @@
-"""Benchmark our Transformer at the paper's SansType size (3+3 layers, 2 heads, d=256, ffn 1024,
-vocabulary 600, batch 32, 100 tokens a side) on this machine:
-  1. a training step (forward, label-smoothed loss, backward, Adam) against torch.nn.Transformer
-     with the same configuration, embeddings and output projection;
-  2. greedy decoding of 100 tokens with the key/value cache against re-running the decoder over
-     the whole prefix at every step (the outputs must be identical).
+"""Benchmark our Transformer on this machine (vocabulary 600, batch 32, 100 tokens a side):
+  1. a training step (forward, loss, backward, Adam) against torch.nn.Transformer with the same
+     configuration (pre-norm), embeddings and output projection, in fp32 and under bf16 autocast
+     (--precision bf16), at the paper's SansType size (3+3 layers, 2 heads, d=256, ffn 1024) and
+     at the cpu preset's (2+2 layers, 4 heads, d=128, ffn 512, no attention/activation dropout);
+  2. greedy decoding of 100 tokens at the paper's size with the key/value cache against re-running
+     the decoder over the whole prefix at every step (the outputs must be identical).
 
     python tests/bench_transformer.py [--steps 10] [--threads 2]
 
-Last line: train_step_vs_torch=X.XX decode_cache_speedup=Y.Y (above 1: ours is faster).
+Last line: train_step_vs_torch=X.XX decode_cache_speedup=Y.Y bf16_speedup=Z.Z bf16_speedup_cpu=W.W
+(above 1: ours is faster, the cache is faster, bf16 is faster; the first and third at the paper's size).
 """
 import argparse
 import os
@@ -31,7 +33,7 @@ class TorchTransformer(nn.Module):
         super().__init__()
         self.ours = common.Transformer(c)  # only for embed_tokens and the embedding matrix
         self.core = nn.Transformer(c.d_model, c.n_heads, c.encoder_layers, c.decoder_layers, c.d_ff,
-                                   c.dropout, batch_first=True)
+                                   c.dropout, batch_first=True, norm_first=True)
 
     def forward(self, src, tgt_in):
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1])
@@ -40,7 +42,7 @@ class TorchTransformer(nn.Module):
         return y @ self.ours.embed.weight.T
 
 
-def seconds_per_step(model, steps):
+def seconds_per_step(model, steps, precision="fp32"):
     torch.manual_seed(0)
     src = torch.randint(4, VOCAB, (BATCH, LENGTH))
     tgt = torch.randint(4, VOCAB, (BATCH, LENGTH + 1))
@@ -49,7 +51,8 @@ def seconds_per_step(model, steps):
     times = []
     for step in range(steps + 2):  # two warm-up steps
         start = time.perf_counter()
-        loss = common.sequence_loss(model(src, tgt[:, :-1]), tgt[:, 1:], label_smoothing=0.1)
+        with common.autocast(precision, torch.device("cpu")):
+            loss = common.sequence_loss(model(src, tgt[:, :-1]), tgt[:, 1:])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -64,12 +67,19 @@ def main():
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    config = common.TransformerConfig(vocab_size=VOCAB)
     print(f"torch {torch.__version__}, {args.threads} threads, batch {BATCH} x {LENGTH} tokens a side")
+    step = {}
+    for size in ("paper", "cpu"):
+        config = common.TransformerConfig(vocab_size=VOCAB, **common.MODEL_PRESETS[size])
+        for precision in ("fp32", "bf16"):
+            ours = step[size, precision] = seconds_per_step(common.Transformer(config), args.steps, precision)
+            reference = seconds_per_step(TorchTransformer(config), args.steps, precision)
+            print(f"training step, {size} size, {precision}: ours {1000 * ours:.0f} ms, "
+                  f"nn.Transformer {1000 * reference:.0f} ms ({reference / ours:.2f})", flush=True)
+            if (size, precision) == ("paper", "fp32"):
+                ours_vs_torch = reference / ours
 
-    ours = seconds_per_step(common.Transformer(config), args.steps)
-    reference = seconds_per_step(TorchTransformer(config), args.steps)
-    print(f"training step: ours {1000 * ours:.0f} ms, nn.Transformer {1000 * reference:.0f} ms")
+    config = common.TransformerConfig(vocab_size=VOCAB)
 
     torch.manual_seed(0)
     model = common.Transformer(config).eval()
@@ -83,7 +93,9 @@ def main():
     lengths = sorted({len(seq) for seq in cached})
     print(f"greedy decoding, {LENGTH} steps (output lengths {lengths[0]}..{lengths[-1]}): "
           f"cache {cached_seconds:.2f} s, no cache {uncached_seconds:.2f} s, identical outputs: {cached == uncached}")
-    print(f"train_step_vs_torch={reference / ours:.2f} decode_cache_speedup={uncached_seconds / cached_seconds:.1f}")
+    print(f"train_step_vs_torch={ours_vs_torch:.2f} decode_cache_speedup={uncached_seconds / cached_seconds:.1f} "
+          f"bf16_speedup={step['paper', 'fp32'] / step['paper', 'bf16']:.1f} "
+          f"bf16_speedup_cpu={step['cpu', 'fp32'] / step['cpu', 'bf16']:.1f}")
     sys.exit(0 if cached == uncached else 1)
 
 

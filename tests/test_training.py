@@ -68,6 +68,19 @@ def test_finetune_methods_learn(data, denoiser, tmp_path, method):
     assert last["optimizer"]["param_groups"][0]["lr"] == 0.0  # the smoke preset's linear decay ends at 0
 
 
+def test_bf16_autocast_trains_as_fp32_does(data, tmp_path):
+    """--precision bf16 runs the matrix products in bfloat16: the same run's losses stay close to fp32's."""
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        result = script("finetune.py", "--method", "baseline", "--preset", "smoke", "--data", data, "--out",
+                        tmp_path / precision, "--epochs", "3", "--precision", precision)
+        assert result.returncode == 0, result.stderr
+        losses[precision] = epoch_losses(result.stderr)
+    assert losses["bf16"][-1] < losses["bf16"][0]
+    assert losses["bf16"] != losses["fp32"]  # it did run in another precision
+    assert all(abs(b / f - 1) < 0.05 for f, b in zip(losses["fp32"], losses["bf16"])), losses
+
+
 def test_bart_freezes_the_decoder_first(data, denoiser, tmp_path):
     result = script("finetune.py", "--method", "bart", "--preset", "smoke", "--data", data, "--denoiser",
                     denoiser[0], "--out", tmp_path, "--epochs", "2", "--frozen-epochs", "1")
