@@ -225,3 +225,15 @@ def test_bad_flags_exit_2_with_one_error_line(flags, tmp_path, capsys):
     stderr = capsys.readouterr().err.splitlines()
     assert len(stderr) == 1 and stderr[0].startswith("make_sanstype.py: error: ")
     assert not (tmp_path / "data").exists()
+
+
+def test_describe_prints_the_statistics_of_existing_splits(capsys, tmp_path):
+    make_sanstype.main(["--describe", os.path.join(DATA, "train"), os.path.join(DATA, "val")])
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 10 and table[0].count("|") == 4
+    assert "| programs with a variable of undetermined type | 0% | 0% |" in table
+    assert "| pseudocode templates | 15 | 15 |" in table
+    with pytest.raises(SystemExit) as stop:
+        make_sanstype.main(["--describe", str(tmp_path / "nothing")])
+    assert stop.value.code == 2 and capsys.readouterr().err.strip() == \
+        f"make_sanstype.py: error: missing file: {tmp_path / 'nothing'}.src"
