@@ -101,8 +101,9 @@ def main():
         variances[samples, baseline] = variance, mean_norm = gradient_variance(model, first_term, args.estimates)
         print(f"REINFORCE gradient, {samples} sample(s), baseline {baseline}: "
               f"variance {variance:.4g} (mean gradient norm {mean_norm:.4g})", flush=True)
-    print(f"variance_reduction_leave_one_out={ratio(variances[2, 'none'][0], variances[2, 'leave-one-out'][0])} "
-          f"(2 samples); variance_reduction_batch={ratio(variances[1, 'none'][0], variances[1, 'batch'][0])} (1 sample)")
+    variance = {estimator: v for estimator, (v, _) in variances.items()}
+    print(f"variance_reduction_leave_one_out={ratio(variance[2, 'none'], variance[2, 'leave-one-out'])} (2 samples); "
+          f"variance_reduction_batch={ratio(variance[1, 'none'], variance[1, 'batch'])} (1 sample)")
     print(f"default estimator: {default.samples} sample(s), baseline {default.reinforce_baseline}")
     print(f"composed_step_vs_standard={composed[default.samples] / standard:.1f}")
 

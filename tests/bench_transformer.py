@@ -70,8 +70,8 @@ def main():
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()} (bf16 needs AVX512-BF16 "
-          f"or AMX to pay), {args.threads} threads, batch {BATCH} x {LENGTH} tokens a side")
+    print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()} (bf16 needs "
+          f"AVX512-BF16 or AMX to pay), {args.threads} threads, batch {BATCH} x {LENGTH} tokens a side")
     step = {}
     for size in ("paper", "cpu"):
         config = common.TransformerConfig(vocab_size=VOCAB, **common.MODEL_PRESETS[size])
