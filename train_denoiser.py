@@ -21,11 +21,14 @@ import common
 
 # Training presets; the model sizes come from common.MODEL_PRESETS under the same name.
 # paper: the authors' fairseq command (dropout 0.4, 1e-3 after 4000 warm-up updates from 1e-7, inverse-sqrt,
-# ~16000 tokens, i.e. about 176 programs, per update). cpu keeps the peak rate to its last epoch.
+# ~16000 tokens, i.e. about 176 programs, per update). cpu: 12 epochs at the peak rate. Π's training decides whether
+# pre-training helps at all (README: standard and composed from Π after 4, 8, 12 epochs); annealing the rate to 0
+# over 8 epochs (the budget that would fit 45 minutes) gave Π a loss between those of 8 and 12 epochs at the peak
+# rate but a worse start for fine-tuning than either.
 PRESETS = {
     "paper": dict(epochs=50, batch_size=176, lr=1e-3, warmup_steps=4000, warmup_start_lr=1e-7, patience=50,
                   max_programs=0, lr_schedule="inverse-sqrt", dropout=0.4),
-    "cpu": dict(epochs=4, batch_size=32, lr=1e-3, warmup_steps=300, patience=3, max_programs=0,
+    "cpu": dict(epochs=12, batch_size=32, lr=1e-3, warmup_steps=300, patience=3, max_programs=0,
                 lr_schedule="constant"),
     "smoke": dict(epochs=2, batch_size=8, lr=1e-3, warmup_steps=5, patience=2, max_programs=64,
                   lr_schedule="constant"),
