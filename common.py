@@ -8,7 +8,8 @@ Table of contents
   5. Losses                     sequence cross entropy; composed fine-tuning's REINFORCE loss (Eq. 1)
   6. Checkpoints                self-contained model files
   7. Training loop              presets, batches, early stopping, resume
-  8. Judge                      compile and run SansType programs, safely and in batches
+  8. Judge                      compile and run SansType programs, safely and in batches; SPoC programs
+                                on their problem's hidden test cases
   9. Command-line plumbing      one-line errors and progress lines with an ETA
 """
 
@@ -27,6 +28,7 @@ import tempfile
 import threading
 import time
 import io
+import json
 import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -95,6 +97,24 @@ def read_tokenizer_bytes(data_dir: str) -> bytes:
         raise UsageError(f"missing {path}: run make_sanstype.py first")
     with open(path, "rb") as f:
         return f.read()
+
+
+def read_spoc_cases(data_dir: str, split: str) -> list[list[tuple[str, str]]]:
+    """The (stdin, expected stdout) test cases of each program of a SPoC split (make_spoc.py):
+    {split}.ids names each program's problem; {split}.cases.jsonl holds each problem's cases once."""
+    path = os.path.join(data_dir, f"{split}.cases.jsonl")
+    cases_of = {}
+    for number, line in enumerate(read_lines(path), start=1):
+        try:
+            row = json.loads(line)
+            cases_of[row["probid"]] = [(stdin, stdout) for stdin, stdout in row["cases"]]
+        except (ValueError, KeyError, TypeError):
+            raise UsageError(f"{path}:{number}: not a line written by make_spoc.py") from None
+    problems = [line.split("\t")[0] for line in read_lines(os.path.join(data_dir, f"{split}.ids"))]
+    missing = sorted(set(problems) - set(cases_of))
+    if missing:
+        raise UsageError(f"{path} has no test cases for problem {missing[0]}")
+    return [cases_of[probid] for probid in problems]
 
 
 def check_same_tokenizer(spm_a: bytes, spm_b: bytes, what_a: str, what_b: str):
@@ -1159,11 +1179,11 @@ def _shared_source(programs: list[str]) -> tuple[str, list[tuple[int, int]]]:
 _ERROR_LINE = re.compile(r"^source\.cpp:(\d+):\d+: (?:fatal )?error: (.*)$", re.M)
 
 
-def _compile(source: str, workdir: str, seconds: float) -> tuple[str | None, list[tuple[int, str]]]:
+def _compile(source: str, workdir: str, seconds: float, gxx=GXX) -> tuple[str | None, list[tuple[int, str]]]:
     """g++ in the sandbox. Returns (binary or None, [(line, message), ...] of its errors)."""
     with open(os.path.join(workdir, "source.cpp"), "w", encoding="utf-8") as f:
         f.write(source)
-    code, stderr = _sandboxed([*GXX, "source.cpp", "-o", "program"], workdir, seconds, jail=False)
+    code, stderr = _sandboxed([*gxx, "source.cpp", "-o", "program"], workdir, seconds, jail=False)
     if code is None:
         return None, [(0, f"compilation timed out after {seconds:.0f} s")]
     if code != 0:
@@ -1230,6 +1250,90 @@ def _sandbox_binary() -> str:
         f.write(SANDBOX_C)
     subprocess.run(["gcc", "-O2", "-o", "sandbox", "sandbox.c"], cwd=workdir, check=True, capture_output=True)
     return os.path.join(workdir, "sandbox")
+
+
+# --- SPoC: whole programs, judged on their problem's hidden test cases ------------------------
+# A SPoC program (make_spoc.py) is one line of C++ tokens: a `$` token ends a source line and a
+# `~` token is one level of indentation (the C++ operator ~ is written glued to its operand, so a
+# lone `~` is never code). String and character literals are single tokens, spaces included.
+# A program is correct when it compiles after SPOC_PRELUDE and, on every test case of its
+# problem, exits normally and prints the expected output, compared as whitespace-separated
+# tokens (SPoC's own evaluation); judging stops at the first case that fails.
+#
+# Speed: g++ spends most of a second parsing <bits/stdc++.h>. Each program is still compiled
+# alone (its globals, macros and `main` then mean exactly what they would in a file of their
+# own), but with the prelude precompiled once per process (a .gch, same flags) and linked by
+# gold; programs are judged on all cores.
+
+SPOC_PRELUDE = "#include <bits/stdc++.h>\nusing namespace std;\n"
+# C++11, the dialect of SPoC's time (its programs pass with GCC 5.5): later ones drop `gets` and add std names
+# (std::size, std::visit) that clash with the programs' own.
+SPOC_GXX = ["g++", "-std=gnu++11", "-O0", "-w", "-static", "-pipe"]
+_SPOC_TOKEN = re.compile(r"""(?:u8|[uUL])?"(?:\\.|[^"\\])*"|(?:u8|[uUL])?'(?:\\.|[^'\\])*'|\S+""")
+
+
+def spoc_source(program: str) -> str:
+    """SPoC code line -> C++ source (without the prelude): `$` ends a line, `~` indents."""
+    layout = {"$": "\n", "~": "\t"}
+    return "".join(layout.get(token, token + " ") for token in _SPOC_TOKEN.findall(program)) + "\n"
+
+
+def judge_spoc_programs(programs: list[str], cases: list[list[tuple[str, str]]], progress: str | None = None,
+                        jobs: int | None = None, fast: bool = True) -> list[dict]:
+    """One verdict per program: correct, wrong_output, compile_error, runtime_error or timeout;
+    cases[i] holds the (stdin, expected stdout) pairs of program i's problem. A failed case's
+    number (from 0) is in "case". fast=False compiles without the precompiled header and with
+    the default linker (slow; for checking the fast path)."""
+    if len(programs) != len(cases):
+        raise ValueError(f"{len(programs)} programs but {len(cases)} lists of test cases")
+    jobs = jobs or os.cpu_count() or 1
+    meter = Progress(len(programs), f"judging {progress}") if progress else None
+    prelude = _spoc_prelude(precompiled=fast)  # built once, here, not by two threads at the same time
+    gxx = [*SPOC_GXX, "-include", prelude] + (["-fuse-ld=gold"] if fast else [])
+    _sandbox_binary()
+
+    def judge(program, program_cases, workdir):
+        verdict = _judge_spoc_program(program, program_cases, workdir, gxx)
+        if meter:
+            meter.step()
+        return verdict
+
+    with tempfile.TemporaryDirectory(prefix="judge-") as workdir, ThreadPoolExecutor(jobs) as pool:
+        return list(pool.map(judge, programs, cases, [workdir] * len(programs)))
+
+
+def _judge_spoc_program(program: str, cases: list[tuple[str, str]], parent: str, gxx: list[str]) -> dict:
+    workdir = _fresh_dir(parent)
+    binary, errors = _compile(spoc_source(program), workdir, COMPILE_SECONDS, gxx)
+    verdict = {"verdict": "correct"}
+    if binary is None:
+        line, message = errors[0]
+        verdict = {"verdict": "compile_error", "error": f"line {line}: {message}" if line else message}
+    for case, (stdin, expected) in enumerate(cases if binary else []):
+        result = _run(_Build(binary, []), stdin, _fresh_dir(workdir))
+        if result.status != "ok":
+            verdict = {"verdict": result.status, "case": case, "error": result.error}
+        elif result.stdout.split() != expected.split():
+            verdict = {"verdict": "wrong_output", "case": case, "stdout": result.stdout[:200]}
+        if verdict["verdict"] != "correct":
+            break
+    shutil.rmtree(workdir)  # static binaries are large: free the disk as we go
+    return verdict
+
+
+@functools.cache
+def _spoc_prelude(precompiled: bool) -> str:
+    """The path of a header holding SPOC_PRELUDE, precompiled beside it (prelude.h.gch, with
+    SPOC_GXX's flags, so that g++ uses it) or not; removed when the process exits."""
+    workdir = tempfile.mkdtemp(prefix="spoc-prelude-")
+    atexit.register(shutil.rmtree, workdir, True)
+    header = os.path.join(workdir, "prelude.h")
+    with open(header, "w") as f:
+        f.write(SPOC_PRELUDE)
+    if precompiled:
+        flags = [flag for flag in SPOC_GXX if flag != "-static"]
+        subprocess.run([*flags, "-x", "c++-header", header, "-o", header + ".gch"], check=True, capture_output=True)
+    return header
 
 
 # ============================================================================
