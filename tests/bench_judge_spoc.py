@@ -1,6 +1,6 @@
-"""Benchmark: the SPoC judge's fast path (precompiled prelude, gold linker, all cores) against one plain g++
-call per program, one after another, both in the same sandbox and on every hidden test case. Checks that the
-verdicts agree.
+"""Benchmark: the SPoC judge's fast path (precompiled prelude, shared translation units for main-only
+programs, gold linker, all cores) against one plain g++ call per program, one after another, both in the same
+sandbox and on every hidden test case. Checks that the verdicts agree.
 
     python make_spoc.py ...                                    # data/spoc (see its docstring)
     python tests/bench_judge_spoc.py --data data/spoc --split val --limit 60

@@ -100,6 +100,8 @@ def test_gold_programs_judge_correct(data):
     more, more_cases = split_programs(data, "val")
     verdicts = common.judge_spoc_programs(programs + more, cases + more_cases)
     assert [v["verdict"] for v in verdicts] == ["correct"] * 12
+    shared = [p for p in programs + more if common.can_share_unit(p, common.spoc_source)]
+    assert len(shared) == 9 and any("return" not in p for p in shared)  # main-only ones share a unit
 
 
 def mutants(program):
@@ -140,8 +142,9 @@ def test_one_failed_case_of_many_is_wrong_output(data):
 
 @pytest.mark.usefixtures("quick_limits")
 def test_hostile_programs_are_contained_as_whole_programs(data, tmp_path, monkeypatch):
-    """The judge's hostile suite, each as a SPoC program with a global and several test cases, mixed with gold
-    programs; also a program printing much (under the cap) on every case."""
+    """The judge's hostile suite as SPoC programs with several test cases, each as it is (sharing a translation
+    unit where it may) and with a global (compiled alone), mixed with gold programs; also a program printing
+    much (under the cap) on every case."""
     programs, cases = split_programs(data, "val")
     alone = common.judge_spoc_programs(programs, cases)
     judge_folder = tmp_path / "judge"
@@ -153,14 +156,16 @@ def test_hostile_programs_are_contained_as_whole_programs(data, tmp_path, monkey
     hostile = dict(HOSTILE, write_outside=(write_outside_program(outside), "correct", "blocked"),
                    much_output=("int main () { $ for ( int i = 0 ; i < 100000 ; i ++ ) cout << i << ' ' ; $ }",
                                 "correct", " ".join(map(str, range(100000)))))
+    variants = {f"{name}{suffix}": (prefix + program, verdict, gold) for name, (program, verdict, gold) in
+                hostile.items() for suffix, prefix in (("", ""), (" with a global", "int spoc_global [ 100 ] ; $ "))}
     mixed = list(zip(programs, cases))
-    for k, (name, (program, _, gold)) in enumerate(hostile.items()):
-        mixed.insert(2 * k, ("int spoc_global [ 100 ] ; $ " + program, [("1 2 3", gold), ("", gold), ("4", gold)]))
+    for k, (program, _, gold) in enumerate(variants.values()):
+        mixed.insert(k % 7, (program, [("1 2 3", gold), ("", gold), ("4", gold)]))
     verdicts = common.judge_spoc_programs(*map(list, zip(*mixed)))
     by_program = {program: verdict for (program, _), verdict in zip(mixed, verdicts)}
 
-    for name, (program, expected_verdict, _) in hostile.items():
-        assert by_program["int spoc_global [ 100 ] ; $ " + program]["verdict"] == expected_verdict, name
+    for name, (program, expected_verdict, _) in variants.items():
+        assert by_program[program]["verdict"] == expected_verdict, name
     assert [by_program[p] for p in programs] == alone and all(v["verdict"] == "correct" for v in alone)
     assert not outside.exists() and not os.path.exists("/tmp/judge_shell_escape")
     assert processes_inside(judge_folder) == []
