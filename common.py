@@ -1273,7 +1273,8 @@ def _sandbox_binary() -> str:
 # lone `~` is never code). String and character literals are single tokens, spaces included.
 # A program is correct when it compiles after SPOC_PRELUDE and, on every test case of its
 # problem, exits normally and prints the expected output, compared as whitespace-separated
-# tokens (SPoC's own evaluation); judging stops at the first case that fails.
+# tokens (a missing final newline or trailing spaces are not wrong); judging stops at the first
+# case that fails.
 #
 # Speed: g++ spends most of a second parsing <bits/stdc++.h>, so the prelude is precompiled
 # once per process (a .gch, same flags), binaries are linked by gold, and programs are judged
