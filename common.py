@@ -8,7 +8,8 @@ Table of contents
   5. Losses                     sequence cross entropy; composed fine-tuning's REINFORCE loss (Eq. 1)
   6. Checkpoints                self-contained model files
   7. Training loop              presets, batches, early stopping, resume
-  8. Judge                      compile and run SansType programs, safely and in batches
+  8. Judge                      compile and run SansType programs, safely and in batches; SPoC programs
+                                on their problem's hidden test cases
   9. Command-line plumbing      one-line errors and progress lines with an ETA
 """
 
@@ -27,7 +28,9 @@ import tempfile
 import threading
 import time
 import io
+import json
 import random
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
@@ -95,6 +98,24 @@ def read_tokenizer_bytes(data_dir: str) -> bytes:
         raise UsageError(f"missing {path}: run make_sanstype.py first")
     with open(path, "rb") as f:
         return f.read()
+
+
+def read_spoc_cases(data_dir: str, split: str) -> list[list[tuple[str, str]]]:
+    """The (stdin, expected stdout) test cases of each program of a SPoC split (make_spoc.py):
+    {split}.ids names each program's problem; {split}.cases.jsonl holds each problem's cases once."""
+    path = os.path.join(data_dir, f"{split}.cases.jsonl")
+    cases_of = {}
+    for number, line in enumerate(read_lines(path), start=1):
+        try:
+            row = json.loads(line)
+            cases_of[row["probid"]] = [(stdin, stdout) for stdin, stdout in row["cases"]]
+        except (ValueError, KeyError, TypeError):
+            raise UsageError(f"{path}:{number}: not a line written by make_spoc.py") from None
+    problems = [line.split("\t")[0] for line in read_lines(os.path.join(data_dir, f"{split}.ids"))]
+    missing = sorted(set(problems) - set(cases_of))
+    if missing:
+        raise UsageError(f"{path} has no test cases for problem {missing[0]}")
+    return [cases_of[probid] for probid in problems]
 
 
 def check_same_tokenizer(spm_a: bytes, spm_b: bytes, what_a: str, what_b: str):
@@ -980,6 +1001,13 @@ class _Build:          # where a program's binary is, and how to call it
     error: str = ""
 
 
+@dataclass(frozen=True)
+class _Recipe:         # how a dataset's program lines become C++ and are compiled
+    prelude: str       # source text before the program
+    body: Callable[[str], str]  # program line -> C++ source
+    gxx: tuple
+
+
 def to_cpp(program: str) -> str:
     """SansType code line -> a whole C++ source file."""
     return CPP_PRELUDE + program_body(program)
@@ -987,6 +1015,9 @@ def to_cpp(program: str) -> str:
 
 def program_body(program: str) -> str:
     return program.replace("~", " ").replace("$", "\n") + "\n"
+
+
+SANSTYPE = _Recipe(CPP_PRELUDE, program_body, tuple(GXX))
 
 
 _RUN_CACHE: dict[tuple[str, str], RunResult] = {}
@@ -1062,12 +1093,12 @@ _MAIN_HEAD = re.compile(r"\s*int\s+main\s*\(\s*\)\s*\{")
 _OPENERS, _CLOSERS = "([{", ")]}"
 
 
-def can_share_unit(program: str) -> bool:
+def can_share_unit(program: str, body=program_body) -> bool:
     """True when the program is exactly one `int main () { ... }` with (), [] and {} properly
     nested, and nothing that reaches outside it: no preprocessor, comments, backslashes,
     digraphs or raw strings. Wrapped in a namespace, such a program cannot change how its
     neighbours compile, and g++'s error recovery stays inside its braces."""
-    code = _without_literals(program_body(program))
+    code = _without_literals(body(program))
     if code is None or not _MAIN_HEAD.match(code):
         return False
     if any(bad in code for bad in ("#", "//", "/*", "\\", "<%", "%>", "<:", ":>", "%:", "??")):
@@ -1105,17 +1136,17 @@ def _without_literals(code: str) -> str | None:
 
 # --- building ----------------------------------------------------------------------------
 
-def _build_unit(unit: list[str], workdir: str) -> dict[str, _Build]:
+def _build_unit(unit: list[str], workdir: str, recipe: _Recipe = SANSTYPE) -> dict[str, _Build]:
     """Compile the programs of a unit. One program is compiled as it is; several share a
     translation unit. A program whose lines hold an error gets that error as its verdict
     and the others are compiled again without it; when a failure names no program's line
     (a link error, a timeout), every remaining program is compiled alone."""
     if len(unit) == 1:
-        return {unit[0]: _build_alone(unit[0], workdir)}
+        return {unit[0]: _build_alone(unit[0], workdir, recipe)}
     builds, pending = {}, list(unit)
     while pending:
-        source, spans = _shared_source(pending)
-        binary, errors = _compile(source, _fresh_dir(workdir), COMPILE_SECONDS + 0.2 * len(pending))
+        source, spans = _shared_source(pending, recipe)
+        binary, errors = _compile(source, _fresh_dir(workdir), COMPILE_SECONDS + 0.2 * len(pending), recipe.gxx)
         if binary:
             builds.update({p: _Build(binary, [str(slot)]) for slot, p in enumerate(pending)})
             break
@@ -1125,28 +1156,32 @@ def _build_unit(unit: list[str], workdir: str) -> dict[str, _Build]:
                 if start <= line < end:
                     first_error.setdefault(slot, f"line {line - start + 1}: {message}")
         if not first_error:
-            builds.update({p: _build_alone(p, _fresh_dir(workdir)) for p in pending})
+            builds.update({p: _build_alone(p, _fresh_dir(workdir), recipe) for p in pending})
             break
         builds.update({pending[slot]: _Build(None, [], error) for slot, error in first_error.items()})
         pending = [p for slot, p in enumerate(pending) if slot not in first_error]
     return builds
 
 
-def _build_alone(program: str, workdir: str) -> _Build:
-    binary, errors = _compile(to_cpp(program), workdir, COMPILE_SECONDS)
+def _build_alone(program: str, workdir: str, recipe: _Recipe = SANSTYPE) -> _Build:
+    binary, errors = _compile(recipe.prelude + recipe.body(program), workdir, COMPILE_SECONDS, recipe.gxx)
     if binary:
         return _Build(binary, [])
-    first_line = CPP_PRELUDE.count("\n") + 1
+    first_line = recipe.prelude.count("\n") + 1
     line, message = errors[0]
     return _Build(None, [], f"line {line - first_line + 1}: {message}" if line >= first_line else message)
 
 
-def _shared_source(programs: list[str]) -> tuple[str, list[tuple[int, int]]]:
+def _shared_source(programs: list[str], recipe: _Recipe) -> tuple[str, list[tuple[int, int]]]:
     """One C++ file holding every program in a namespace of its own, and each program's span
-    of lines [start, end), so that an error's line number tells whose it is."""
-    parts, spans, line = [CPP_PRELUDE], [], CPP_PRELUDE.count("\n") + 1
+    of lines [start, end), so that an error's line number tells whose it is. Each main gets a
+    `return 0;` before its closing brace: a function named main in a namespace, unlike the
+    real one, does not return 0 when it runs off its end."""
+    parts, spans, line = [recipe.prelude], [], recipe.prelude.count("\n") + 1
     for slot, program in enumerate(programs):
-        body = program_body(program)
+        body = recipe.body(program)
+        end = body.rindex("}")  # main's closing brace ends a program that may share a unit
+        body = body[:end] + "return 0; " + body[end:]
         parts += [f"namespace sansprog_{slot} {{\n", body, "}\n"]
         spans.append((line + 1, line + 1 + body.count("\n")))
         line += body.count("\n") + 2
@@ -1159,11 +1194,11 @@ def _shared_source(programs: list[str]) -> tuple[str, list[tuple[int, int]]]:
 _ERROR_LINE = re.compile(r"^source\.cpp:(\d+):\d+: (?:fatal )?error: (.*)$", re.M)
 
 
-def _compile(source: str, workdir: str, seconds: float) -> tuple[str | None, list[tuple[int, str]]]:
+def _compile(source: str, workdir: str, seconds: float, gxx) -> tuple[str | None, list[tuple[int, str]]]:
     """g++ in the sandbox. Returns (binary or None, [(line, message), ...] of its errors)."""
     with open(os.path.join(workdir, "source.cpp"), "w", encoding="utf-8") as f:
         f.write(source)
-    code, stderr = _sandboxed([*GXX, "source.cpp", "-o", "program"], workdir, seconds, jail=False)
+    code, stderr = _sandboxed([*gxx, "source.cpp", "-o", "program"], workdir, seconds, jail=False)
     if code is None:
         return None, [(0, f"compilation timed out after {seconds:.0f} s")]
     if code != 0:
@@ -1230,6 +1265,99 @@ def _sandbox_binary() -> str:
         f.write(SANDBOX_C)
     subprocess.run(["gcc", "-O2", "-o", "sandbox", "sandbox.c"], cwd=workdir, check=True, capture_output=True)
     return os.path.join(workdir, "sandbox")
+
+
+# --- SPoC: whole programs, judged on their problem's hidden test cases ------------------------
+# A SPoC program (make_spoc.py) is one line of C++ tokens: a `$` token ends a source line and a
+# `~` token is one level of indentation (the C++ operator ~ is written glued to its operand, so a
+# lone `~` is never code). String and character literals are single tokens, spaces included.
+# A program is correct when it compiles after SPOC_PRELUDE and, on every test case of its
+# problem, exits normally and prints the expected output, compared as whitespace-separated
+# tokens (a missing final newline or trailing spaces are not wrong); judging stops at the first
+# case that fails.
+#
+# Speed: g++ spends most of a second parsing <bits/stdc++.h>, so the prelude is precompiled
+# once per process (a .gch, same flags), binaries are linked by gold, and programs are judged
+# on all cores. Programs that are only an `int main () { ... }` (can_share_unit, and no
+# `static`, whose storage would add up in a shared binary) share translation units as
+# SansType's do: with no globals of their own, a namespace around them changes nothing. Every
+# other program (globals, functions, macros) is compiled alone, so that it means exactly
+# what it would in a file of its own.
+
+SPOC_PRELUDE = "#include <bits/stdc++.h>\nusing namespace std;\n"
+# C++11, the dialect of SPoC's time (its programs pass with GCC 5.5): later ones drop `gets` and add std names
+# (std::size, std::visit) that clash with the programs' own.
+SPOC_GXX = ["g++", "-std=gnu++11", "-O0", "-w", "-static", "-pipe"]
+_SPOC_TOKEN = re.compile(r"""(?:u8|[uUL])?"(?:\\.|[^"\\])*"|(?:u8|[uUL])?'(?:\\.|[^'\\])*'|\S+""")
+
+
+def spoc_source(program: str) -> str:
+    """SPoC code line -> C++ source (without the prelude): `$` ends a line, `~` indents."""
+    layout = {"$": "\n", "~": "\t"}
+    return "".join(layout.get(token, token + " ") for token in _SPOC_TOKEN.findall(program)) + "\n"
+
+
+def judge_spoc_programs(programs: list[str], cases: list[list[tuple[str, str]]], progress: str | None = None,
+                        jobs: int | None = None, fast: bool = True) -> list[dict]:
+    """One verdict per program: correct, wrong_output, compile_error, runtime_error or timeout;
+    cases[i] holds the (stdin, expected stdout) pairs of program i's problem. A failed case's
+    number (from 0) is in "case". fast=False compiles every program alone, without the
+    precompiled header and with the default linker (slow; for checking the fast path)."""
+    if len(programs) != len(cases):
+        raise ValueError(f"{len(programs)} programs but {len(cases)} lists of test cases")
+    jobs = jobs or os.cpu_count() or 1
+    meter = Progress(len(programs), f"judging {progress}") if progress else None
+    recipe = _spoc_recipe(fast)  # built once, here, not by two threads at the same time
+    _sandbox_binary()
+    where = {}  # program -> the positions it holds in `programs`
+    for i, program in enumerate(programs):
+        where.setdefault(program, []).append(i)
+    shared = [p for p in where if fast and can_share_unit(p, spoc_source) and "static" not in p.split()]
+    units = [[p] for p in where if p not in set(shared)] + _split_evenly(shared, jobs)
+    verdicts = [None] * len(programs)
+
+    def build_and_judge(unit: list[str], workdir: str):
+        os.makedirs(workdir)
+        builds = _build_unit(unit, workdir, recipe)
+        for program in unit:
+            for i in where[program]:
+                verdicts[i] = _judge_on_cases(builds[program], cases[i], workdir)
+                if meter:
+                    meter.step()
+        shutil.rmtree(workdir)  # binaries are large (static): free the disk as we go
+
+    with tempfile.TemporaryDirectory(prefix="judge-") as workdir, ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(build_and_judge, units, [os.path.join(workdir, f"unit{i}") for i in range(len(units))]))
+    return verdicts
+
+
+def _judge_on_cases(build: _Build, cases: list[tuple[str, str]], workdir: str) -> dict:
+    """Run a built program on its cases until one fails."""
+    if build.binary is None:
+        return {"verdict": "compile_error", "error": build.error}
+    for case, (stdin, expected) in enumerate(cases):
+        result = _run(build, stdin, _fresh_dir(workdir))
+        if result.status != "ok":
+            return {"verdict": result.status, "case": case, "error": result.error}
+        if result.stdout.split() != expected.split():
+            return {"verdict": "wrong_output", "case": case, "stdout": result.stdout[:200]}
+    return {"verdict": "correct"}
+
+
+@functools.cache
+def _spoc_recipe(fast: bool) -> _Recipe:
+    """SPOC_PRELUDE in a header that g++ includes before every program (-include), precompiled
+    beside it (prelude.h.gch, with SPOC_GXX's flags, so that g++ uses it) when fast; the folder
+    is removed when the process exits."""
+    workdir = tempfile.mkdtemp(prefix="spoc-prelude-")
+    atexit.register(shutil.rmtree, workdir, True)
+    header = os.path.join(workdir, "prelude.h")
+    with open(header, "w") as f:
+        f.write(SPOC_PRELUDE)
+    if fast:
+        flags = [flag for flag in SPOC_GXX if flag != "-static"]
+        subprocess.run([*flags, "-x", "c++-header", header, "-o", header + ".gch"], check=True, capture_output=True)
+    return _Recipe("", spoc_source, (*SPOC_GXX, "-include", header, *(["-fuse-ld=gold"] if fast else [])))
 
 
 # ============================================================================

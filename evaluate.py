@@ -7,10 +7,13 @@ gold output on the test's input (accuracy).
     python evaluate.py runs/composed/model.pt --denoiser none                   # its base predictor f alone
     python evaluate.py --table runs/*/                                           # our numbers beside the paper's
     python evaluate.py --predictions preds.txt --data data/sanstype --split test [--json summary.json]
+    python evaluate.py --predictions data/spoc/testw.tgt --data data/spoc --split testw   # SPoC (make_spoc.py)
+    python evaluate.py runs/standard/model.pt --data data/spoc --splits testw,testp      # a model trained on it
 
 A model's verdicts go beside it, one JSON line per program (`eval_<split>[_denoised][_random].jsonl`;
 _random when the denoiser in play was pre-trained on random deletions), with a summary (`.json`).
-For --predictions (one program per line, in the order of the split's `.inp`/`.out`), they go to
+For --predictions (one program per line, in the order of the split's `.inp`/`.out`, or of a SPoC split's
+`.ids`, whose programs are judged on their problem's hidden test cases), they go to
 `preds.txt.verdicts.jsonl`. Verdicts: correct, wrong_output, compile_error (with the compiler's
 first error), runtime_error, timeout.
 """
@@ -54,12 +57,19 @@ def paper_numbers(s: dict) -> tuple:
     return PAPER.get((s["method"], s["deep"], s["denoised"], s["split"]), (None, None))
 
 
-def load_split(data: str, split: str) -> tuple[list[str], list[str]]:
+def load_judge(data: str, split: str):
+    """(how many programs the split has, a function from programs to their verdicts). A SPoC split
+    (make_spoc.py) has its problems' test cases beside it ({split}.cases.jsonl); a SansType split
+    has one stdin and gold output per program ({split}.inp, .out)."""
+    progress = f"{split} programs"
+    if os.path.isfile(os.path.join(data, f"{split}.cases.jsonl")):
+        cases = common.read_spoc_cases(data, split)
+        return len(cases), lambda programs: common.judge_spoc_programs(programs, cases, progress=progress)
     stdins = common.read_lines(os.path.join(data, f"{split}.inp"))
     expected = common.read_lines(os.path.join(data, f"{split}.out"))
     if len(stdins) != len(expected):
         raise common.UsageError(f"line counts differ: {len(stdins)} in {data}/{split}.inp, {len(expected)} in .out")
-    return stdins, expected
+    return len(stdins), lambda programs: common.judge_programs(programs, stdins, expected, progress=progress)
 
 
 def summarize(verdicts: list[dict]) -> dict:
@@ -79,13 +89,13 @@ def judge_predictions(args):
     if not os.path.isfile(args.predictions):
         raise common.UsageError(f"missing predictions file: {args.predictions}")
     programs = common.read_lines(args.predictions)
-    stdins, expected = load_split(args.data, args.split)
+    n, judge = load_judge(args.data, args.split)
     if not programs:
         raise common.UsageError(f"empty predictions file: {args.predictions}")
-    if len(programs) != len(stdins):
-        raise common.UsageError(f"line counts differ: {len(programs)} predictions, {len(stdins)} lines in "
-                                f"{args.data}/{args.split}.inp and .out")
-    verdicts = common.judge_programs(programs, stdins, expected, progress=f"{args.split} programs")
+    if len(programs) != n:
+        raise common.UsageError(f"line counts differ: {len(programs)} predictions, {n} programs in "
+                                f"{args.data}/{args.split}")
+    verdicts = judge(programs)
     write_jsonl(args.predictions + ".verdicts.jsonl", [{"line": i + 1, **v} for i, v in enumerate(verdicts)])
     summary = summarize(verdicts)
     if args.json:
@@ -118,10 +128,10 @@ def evaluate_model(args):
 
     for split in args.splits.split(","):
         sources = common.read_lines(os.path.join(args.data, f"{split}.src"))
-        stdins, expected = load_split(args.data, split)
+        _, judge = load_judge(args.data, split)
         base = common.translate(model, tokenizer, sources, args.batch_size, beam=args.beam)
         programs = common.translate(denoiser, tokenizer, base, args.batch_size, beam=args.beam) if denoiser else base
-        verdicts = common.judge_programs(programs, stdins, expected, progress=f"{split} programs")
+        verdicts = judge(programs)
         name = f"eval_{split}{'_denoised' if denoiser else ''}{'_random' if corruption == 'random' else ''}" \
                f"{f'_beam{args.beam}' if args.beam > 1 else ''}"  # Table 5's denoiser gets files of its own
         rows = [{"line": i + 1, "prediction": p, **({"base": b} if denoiser else {}), **v}

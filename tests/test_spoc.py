@@ -1,0 +1,187 @@
+"""SPoC: make_spoc.py's files, and the judge for whole programs on their problems' hidden test cases.
+
+The fixture (tests/fixtures/spoc, CC BY 4.0 like the release) holds 3 programs of each of 4 problems from the
+SPoC release's training split (1095A and 1006A from spoc-train-test.tsv, 478A and 888A from spoc-train-eval.tsv)
+and those problems' hidden test cases.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+import common
+import make_spoc
+from test_judge import HOSTILE, ROOT, processes_inside, quick_limits, write_outside_program  # noqa: F401
+
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "spoc")
+TRAIN_TSV, EVAL_TSV = os.path.join(FIXTURE, "spoc-train-test.tsv"), os.path.join(FIXTURE, "spoc-train-eval.tsv")
+
+
+def run_script(script, *args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True, text=True,
+                          cwd=ROOT)
+
+
+def make_fixture_data(out, *extra):
+    """train on one fixture file, validate and test on the other, as on the two-file sample."""
+    return run_script("make_spoc.py", "--spoc", FIXTURE, "--out", str(out), "--splits", "train,val,testw",
+                      "--train", TRAIN_TSV, "--val", EVAL_TSV, "--testw", EVAL_TSV, *extra)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("spoc")
+    result = make_fixture_data(out)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def split_programs(data, split):
+    return common.read_lines(os.path.join(data, f"{split}.tgt")), common.read_spoc_cases(str(data), split)
+
+
+def test_make_spoc_writes_the_papers_format(data):
+    src, tgt = (common.read_lines(os.path.join(data, f"val.{ext}")) for ext in ("src", "tgt"))
+    assert len(src) == len(tgt) == 6
+    assert src[0] == ("TAB1 let a, b, c, d, e be integers $ TAB1 read a $ TAB1 read b $ TAB1 read c $ TAB1 read d $ "
+                      "TAB1 read e $ TAB1 if (a + b + c + d + e) modulo 5 is not 0 or (a + b + c + d + e) / 5 is 0 $ "
+                      "TAB2 print -1 $ TAB1 else do the following $ TAB2 print (a + b + c + d + e)/5")
+    assert tgt[0] == ("int main ( ) { $ ~ int a , b , c , d , e ; $ ~ cin >> a ; $ ~ cin >> b ; $ ~ cin >> c ; $ "
+                      "~ cin >> d ; $ ~ cin >> e ; $ ~ if ( ( a + b + c + d + e ) % 5 != 0 || ( a + b + c + d + e ) "
+                      "/ 5 == 0 ) { $ ~ ~ cout << - 1 << endl ; $ ~ } else { $ ~ ~ cout << ( a + b + c + d + e ) / 5 "
+                      "<< endl ; $ ~ } $ ~ return 0 ; $ }")
+    assert common.read_lines(os.path.join(data, "val.ids"))[0] == "478A\t41682790\t32"
+    problems = [json.loads(line) for line in common.read_lines(os.path.join(data, "val.cases.jsonl"))]
+    assert [p["probid"] for p in problems] == ["478A", "888A"]  # each problem's cases once
+    assert problems[0]["cases"][0] == ["2 3 4 5 6", "4\n"] and len(problems[0]["cases"]) == 14
+    assert os.path.isfile(os.path.join(data, "spm.model"))
+
+
+def test_tokens_round_trip_with_literals_and_the_tilde_operator():
+    line = make_spoc.code_line('cout << "a  $ ~ b" << \' \' << ~n << 1e-7 << 0x1Fu; // a comment', 2)
+    assert line == '~ ~ cout << "a  $ ~ b" << \' \' << ~n << 1e-7 << 0x1Fu ;'
+    assert common.spoc_source(line) == '\t\tcout << "a  $ ~ b" << \' \' << ~n << 1e-7 << 0x1Fu ; \n'
+    assert make_spoc.code_line("#define f(x) ((x)*(x))", 0) == "#define f(x) ((x)*(x))"
+
+
+def test_tokenizer_is_smaller_when_the_data_cannot_support_10000_pieces(tmp_path):
+    result = make_fixture_data(tmp_path)
+    assert "supports at most" in result.stdout and "not 10000" in result.stdout
+    model = common.load_tokenizer(open(tmp_path / "spm.model", "rb").read())
+    assert 100 < model.get_piece_size() < 10000
+
+
+def test_long_train_programs_are_dropped_and_val_is_kept_whole(tmp_path):
+    result = make_fixture_data(tmp_path, "--max-chars", "300", "--vocab-size", "300")
+    assert result.returncode == 0, result.stderr
+    train = [(s, t) for s, t in zip(*(common.read_lines(tmp_path / f"train.{e}") for e in ("src", "tgt")))]
+    assert "kept 3 of 6" in result.stdout and len(train) == 3
+    assert all(len(s) <= 300 and len(t) <= 300 for s, t in train)
+    assert len(common.read_lines(tmp_path / "val.tgt")) == 6
+
+
+@pytest.mark.parametrize("args, named", [
+    ([], "train/spoc-train.tsv"),                                        # the release's layout is missing
+    (["--splits", "val", "--val", "nowhere.tsv"], "nowhere.tsv"),
+    (["--splits", "val", "--val", EVAL_TSV, "--testcases", "nowhere"], "nowhere"),
+])
+def test_a_missing_file_is_a_one_line_error_naming_it(tmp_path, args, named):
+    result = run_script("make_spoc.py", "--spoc", FIXTURE, "--out", str(tmp_path / "out"), *args)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "missing" in result.stderr and named in result.stderr
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_gold_programs_judge_correct(data):
+    programs, cases = split_programs(data, "train")
+    more, more_cases = split_programs(data, "val")
+    verdicts = common.judge_spoc_programs(programs + more, cases + more_cases)
+    assert [v["verdict"] for v in verdicts] == ["correct"] * 12
+    shared = [p for p in programs + more if common.can_share_unit(p, common.spoc_source)]
+    assert len(shared) == 9 and any("return" not in p for p in shared)  # main-only ones share a unit
+
+
+def mutants(program):
+    """A gold program broken four ways, each with the verdict it must get."""
+    main = "int main ( ) {"
+    assert main in program
+    return {"wrong_output": program.replace(main, main + " cout << 12345 ;"),
+            "compile_error": program.replace(main, main + " undeclared_name ++ ;"),
+            "runtime_error": program.replace(main, main + " int * p = 0 ; * p = 1 ;"),
+            "timeout": program.replace(main, main + " while ( true ) { }")}
+
+
+@pytest.fixture
+def quick_runs(monkeypatch):
+    """Shorter run limits; compiling keeps its own, since the plain path needs seconds on a busy machine."""
+    monkeypatch.setattr(common, "RUN_WALL_SECONDS", 2)
+    monkeypatch.setattr(common, "RUN_CPU_SECONDS", 1)
+
+
+def test_broken_programs_get_their_verdict_the_same_on_the_fast_and_the_plain_path(data, quick_runs):
+    programs, cases = split_programs(data, "val")
+    broken = mutants(programs[0])
+    batch = [programs[0], *broken.values(), programs[3]]
+    batch_cases = [cases[0]] * (len(broken) + 1) + [cases[3]]
+    fast = common.judge_spoc_programs(batch, batch_cases)
+    assert [v["verdict"] for v in fast] == ["correct", *broken, "correct"]
+    assert fast[1]["case"] == 0 and fast[2]["error"].startswith("line 1: ") and "undeclared_name" in fast[2]["error"]
+    plain = common.judge_spoc_programs(batch, batch_cases, fast=False, jobs=1)
+    assert plain == fast
+
+
+def test_one_failed_case_of_many_is_wrong_output(data):
+    programs, cases = split_programs(data, "val")
+    last_wrong = cases[0][:-1] + [(cases[0][-1][0], "a different answer")]
+    verdict, = common.judge_spoc_programs([programs[0]], [last_wrong])
+    assert verdict["verdict"] == "wrong_output" and verdict["case"] == len(cases[0]) - 1
+
+
+@pytest.mark.usefixtures("quick_limits")
+def test_hostile_programs_are_contained_as_whole_programs(data, tmp_path, monkeypatch):
+    """The judge's hostile suite as SPoC programs with several test cases, each as it is (sharing a translation
+    unit where it may) and with a global (compiled alone), mixed with gold programs; also a program printing
+    much (under the cap) on every case."""
+    programs, cases = split_programs(data, "val")
+    alone = common.judge_spoc_programs(programs, cases)
+    judge_folder = tmp_path / "judge"
+    judge_folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(judge_folder))
+    if os.path.exists("/tmp/judge_shell_escape"):
+        os.remove("/tmp/judge_shell_escape")
+    outside = tmp_path / "escaped.txt"
+    hostile = dict(HOSTILE, write_outside=(write_outside_program(outside), "correct", "blocked"),
+                   much_output=("int main () { $ for ( int i = 0 ; i < 100000 ; i ++ ) cout << i << ' ' ; $ }",
+                                "correct", " ".join(map(str, range(100000)))))
+    variants = {f"{name}{suffix}": (prefix + program, verdict, gold) for name, (program, verdict, gold) in
+                hostile.items() for suffix, prefix in (("", ""), (" with a global", "int spoc_global [ 100 ] ; $ "))}
+    mixed = list(zip(programs, cases))
+    for k, (program, _, gold) in enumerate(variants.values()):
+        mixed.insert(k % 7, (program, [("1 2 3", gold), ("", gold), ("4", gold)]))
+    verdicts = common.judge_spoc_programs(*map(list, zip(*mixed)))
+    by_program = {program: verdict for (program, _), verdict in zip(mixed, verdicts)}
+
+    for name, (program, expected_verdict, _) in variants.items():
+        assert by_program[program]["verdict"] == expected_verdict, name
+    assert [by_program[p] for p in programs] == alone and all(v["verdict"] == "correct" for v in alone)
+    assert not outside.exists() and not os.path.exists("/tmp/judge_shell_escape")
+    assert processes_inside(judge_folder) == []
+    assert [name for name in os.listdir(judge_folder) if name.startswith("judge-")] == []
+
+
+def test_evaluate_judges_a_spoc_split(data, tmp_path):
+    programs, _ = split_programs(data, "testw")
+    predictions = tmp_path / "preds.txt"
+    predictions.write_text("\n".join([programs[0], mutants(programs[1])["compile_error"], *programs[2:]]) + "\n")
+    result = run_script("evaluate.py", "--predictions", str(predictions), "--data", str(data), "--split", "testw",
+                        "--json", str(tmp_path / "summary.json"))
+    assert result.returncode == 0, result.stderr
+    assert "testw: n=6  compiled 83.3%  accuracy 83.3%" in result.stdout
+    verdicts = [json.loads(line) for line in open(str(predictions) + ".verdicts.jsonl")]
+    assert [v["verdict"] for v in verdicts] == ["correct", "compile_error"] + ["correct"] * 4
+    predictions.write_text("\n".join(programs[:2]) + "\n")
+    result = run_script("evaluate.py", "--predictions", str(predictions), "--data", str(data), "--split", "testw")
+    assert result.returncode == 2 and "line counts differ" in result.stderr
