@@ -24,7 +24,7 @@ import common
 # ~16000 tokens, i.e. about 176 programs, per update). cpu: 12 epochs at the peak rate. Π's training decides whether
 # pre-training helps at all (README: standard and composed from Π after 4, 8, 12 epochs); annealing the rate to 0
 # over 8 epochs (the budget that would fit 45 minutes) gave Π a loss between those of 8 and 12 epochs at the peak
-# rate but a worse start for fine-tuning than either.
+# rate, but a start for fine-tuning no better than 8 epochs' (README).
 PRESETS = {
     "paper": dict(epochs=50, batch_size=176, lr=1e-3, warmup_steps=4000, warmup_start_lr=1e-7, patience=50,
                   max_programs=0, lr_schedule="inverse-sqrt", dropout=0.4),
