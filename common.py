@@ -4,7 +4,8 @@ Table of contents
   1. Tokenizer and data files   sentencepiece BPE over the joined pseudocode/code vocabulary
   2. Transformer                the encoder-decoder of the SansType experiments, with cached decoding
   3. U-Net                      the image denoiser of the font experiment (fonts.py)
-  4. Corruptions                code-based and random-deletion noise for denoiser pre-training
+  4. Corruptions                code-based and random-deletion noise for denoiser pre-training;
+                                SPoC's one-line edits
   5. Losses                     sequence cross entropy; composed fine-tuning's REINFORCE loss (Eq. 1)
   6. Checkpoints                self-contained model files
   7. Training loop              presets, batches, early stopping, resume
@@ -28,6 +29,7 @@ import tempfile
 import threading
 import time
 import io
+import itertools
 import json
 import random
 from collections.abc import Callable
@@ -144,11 +146,13 @@ class TransformerConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.2
     activation_dropout: float = 0.2
-    max_positions: int = 1024
+    max_positions: int = 2048  # SPoC's unfiltered test programs reach 1100 pieces
 
 
 # Model sizes. paper: Appendix C (3+3 layers, 2 heads, d=256, ffn 1024, dropout 0.1/0.2/0.2).
 # cpu: a smaller model that trains in minutes on 2 cores. smoke: tiny, for the tests.
+# spoc-*: the same presets on SPoC data (preset_key); spoc-paper is Appendix E's (5+5 layers, 8 heads, d=256,
+# ffn 1024, dropout 0.4/0.2/0.2, "reasonable defaults from Guzman et al., 2019").
 MODEL_PRESETS = {
     "paper": dict(d_model=256, n_heads=2, encoder_layers=3, decoder_layers=3, d_ff=1024),
     # No attention or activation dropout on the CPU: their random masks took a third of a training
@@ -156,7 +160,9 @@ MODEL_PRESETS = {
     "cpu": dict(d_model=128, n_heads=4, encoder_layers=2, decoder_layers=2, d_ff=512,
                 attention_dropout=0.0, activation_dropout=0.0),
     "smoke": dict(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64),
+    "spoc-paper": dict(d_model=256, n_heads=8, encoder_layers=5, decoder_layers=5, d_ff=1024, dropout=0.4),
 }
+MODEL_PRESETS["spoc-cpu"] = MODEL_PRESETS["cpu"]
 
 
 def linear(d_in: int, d_out: int) -> nn.Linear:
@@ -561,6 +567,57 @@ def delete_random_words(code, rng, p=0.15):
     return join_program(head, [" ".join(w for w in s.split(" ") if rng.random() >= p) for s in statements], tail)
 
 
+# --- SPoC: real code, one line corrupted (Appendix E) -------------------------------------------
+# The authors follow Yasunaga & Liang (2020): random syntactic and semantic edits of one line, an insertion,
+# deletion or replacement of a keyword, an identifier or a symbol; 3 of every 4 training programs get one
+# such line, the rest stay as they are. Literals, indentation (`~`) and preprocessor lines stay untouched.
+CPP_KEYWORDS = ("int", "long", "double", "float", "char", "bool", "string", "void", "const", "unsigned", "auto",
+                "if", "else", "for", "while", "do", "return", "break", "continue", "struct")
+CPP_SYMBOLS = (";", ",", "(", ")", "{", "}", "[", "]", "=", "==", "!=", "<", ">", "<=", ">=", "<<", ">>", "+",
+               "-", "*", "/", "%", "&&", "||", "!", "++", "--", "+=", "-=", ":", "&", ".")
+SPOC_CORRUPTED_PROGRAMS = 0.75
+
+
+def token_kind(token: str) -> str | None:
+    if token in CPP_KEYWORDS:
+        return "keyword"
+    if token in CPP_SYMBOLS:
+        return "symbol"
+    return "identifier" if re.fullmatch(r"[A-Za-z_]\w*", token) else None  # literals and `~`: None
+
+
+def noisy_code_line(tokens: list[str], identifiers: list[str], rng) -> list[str]:
+    """One random edit of a line's tokens: insert, delete or replace a keyword, identifier or symbol
+    (a replacement keeps the kind: another keyword, another of the program's identifiers, another symbol)."""
+    choices = {"keyword": CPP_KEYWORDS, "identifier": identifiers, "symbol": CPP_SYMBOLS}
+    sites = [i for i, token in enumerate(tokens) if token_kind(token)]
+    edit = rng.choice(("insert", "delete", "replace")) if sites else "insert"
+    if edit == "insert":
+        indent = len(tokens) - len(list(itertools.dropwhile(lambda t: t == "~", tokens)))
+        where = rng.randint(indent, len(tokens))
+        kind = rng.choice([kind for kind, options in choices.items() if options])
+        return tokens[:where] + [rng.choice(choices[kind])] + tokens[where:]
+    i = rng.choice(sites)
+    others = [t for t in choices[token_kind(tokens[i])] if t != tokens[i]]
+    if edit == "delete" or not others:
+        return tokens[:i] + tokens[i + 1:]
+    return tokens[:i] + [rng.choice(others)] + tokens[i + 1:]
+
+
+def corrupt_spoc_code(code: str, rng) -> str:
+    """Appendix E's noise for SPoC: with probability 0.75 one line (not a preprocessor line) gets one
+    noisy_code_line edit; else the program unchanged. `$` separates lines, as make_spoc.py writes them."""
+    lines = code.split(" $ ")
+    editable = [i for i, line in enumerate(lines) if not line.lstrip("~ ").startswith("#")]
+    if rng.random() >= SPOC_CORRUPTED_PROGRAMS or not editable:
+        return code
+    tokens = [_SPOC_TOKEN.findall(line) for line in lines]
+    identifiers = sorted({t for line in tokens for t in line if token_kind(t) == "identifier"})  # sorted: seedable
+    i = rng.choice(editable)
+    lines[i] = " ".join(noisy_code_line(tokens[i], identifiers, rng))
+    return " $ ".join(line for line in lines if line)  # a deleted `}` leaves no empty line
+
+
 # ============================================================================
 # 5. Losses
 # ============================================================================
@@ -712,6 +769,7 @@ def add_training_args(parser):
             ("--warmup-steps", int, "linear warm-up (--lr-schedule linear: at most a tenth of the run)"),
             ("--warmup-start-lr", float, "the rate the warm-up starts from"),
             ("--weight-decay", float, None), ("--label-smoothing", float, "0: plain cross entropy, as the paper"),
+            ("--label-smoothing-schedule", str, "VALUE:EPOCHS,...,VALUE: smoothing by epoch (SPoC's paper preset)"),
             ("--clip-norm", float, "clip the gradient's norm to this (0: no clipping, as the paper)"),
             ("--patience", int, "stop after this many epochs without a better validation loss"),
             ("--d-model", int, None), ("--n-heads", int, None), ("--layers", int, "encoder and decoder layers each"),
@@ -729,19 +787,45 @@ def add_training_args(parser):
 
 
 # The authors' recipe (fairseq): plain cross entropy (no label smoothing) and no gradient clipping.
-TRAINING_DEFAULTS = dict(weight_decay=1e-4, label_smoothing=0.0, clip_norm=0.0, warmup_start_lr=0.0, dropout=0.1,
-                         attention_dropout=0.2, activation_dropout=0.2, precision="fp32")
+TRAINING_DEFAULTS = dict(weight_decay=1e-4, label_smoothing=0.0, label_smoothing_schedule="", clip_norm=0.0,
+                         warmup_start_lr=0.0, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
+                         precision="fp32")
+
+
+def is_spoc(data_dir: str) -> bool:
+    """make_spoc.py's data: its splits carry their problems' test cases."""
+    return bool(glob.glob(os.path.join(glob.escape(data_dir), "*.cases.jsonl")))
+
+
+def preset_key(args) -> str:
+    """The presets' entry for --preset on --data: SPoC's own (Appendix E) for cpu and paper."""
+    return f"spoc-{args.preset}" if args.preset != "smoke" and is_spoc(args.data) else args.preset
 
 
 def resolve_preset(args, script_presets: dict):
     """Fill every flag left at None from the script's preset, the model preset of the same
     name and TRAINING_DEFAULTS, in that order."""
-    model = MODEL_PRESETS[args.preset]
-    preset = {**TRAINING_DEFAULTS, **dict(model, layers=model["encoder_layers"]), **script_presets[args.preset]}
-    for key, value in preset.items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
+    key = preset_key(args)
+    model = MODEL_PRESETS[key]
+    preset = {**TRAINING_DEFAULTS, **dict(model, layers=model["encoder_layers"]), **script_presets[key]}
+    for name, value in preset.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
     return args
+
+
+def label_smoothing_at(epoch: int, args) -> float:
+    """--label-smoothing-schedule "0.2:100,0.1:25,0.05": 0.2 for 100 epochs, then 0.1 for 25, then 0.05 to
+    the end (Appendix E: lowering the smoothing near the end improved every SPoC model); else --label-smoothing."""
+    if not args.label_smoothing_schedule:
+        return args.label_smoothing
+    start = 0
+    for stage in args.label_smoothing_schedule.split(","):
+        value, _, epochs = stage.partition(":")
+        start += int(epochs) if epochs else 10 ** 9
+        if epoch <= start:
+            return float(value)
+    return float(value)
 
 
 def config_from_args(args, vocab_size: int) -> TransformerConfig:
@@ -849,7 +933,8 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
 
     while state["epoch"] < args.epochs and state["epoch"] - state["best_epoch"] < args.patience:
         epoch = state["epoch"] + 1
-        train_loss = train_one_epoch(model, train_pairs_for_epoch(epoch), optimizer, scheduler, args, device,
+        epoch_args = argparse.Namespace(**{**vars(args), "label_smoothing": label_smoothing_at(epoch, args)})
+        train_loss = train_one_epoch(model, train_pairs_for_epoch(epoch), optimizer, scheduler, epoch_args, device,
                                      trainable, f"epoch {epoch}/{args.epochs}", loss_fn)
         with autocast(args.precision, device):
             val_loss = validate(model) if validate else validation_loss(model, val_pairs, args.batch_size, device)

@@ -8,6 +8,8 @@ gold output on the test's input (accuracy).
     python evaluate.py --table runs/*/                                           # our numbers beside the paper's
     python evaluate.py --predictions preds.txt --data data/sanstype --split test [--json summary.json]
     python evaluate.py --predictions data/spoc/testw.tgt --data data/spoc --split testw   # SPoC (make_spoc.py)
+    python evaluate.py --predictions data/spoc/testw.tgt --data data/spoc --split testw \
+        --denoiser runs/spoc/denoiser/model.pt    # Pi(gold): how many correct programs Pi keeps correct
     python evaluate.py runs/standard/model.pt --data data/spoc --splits testw,testp      # a model trained on it
 
 A model's verdicts go beside it, one JSON line per program (`eval_<split>[_denoised][_random].jsonl`;
@@ -41,6 +43,10 @@ PAPER = {
     ("backtranslation", False, False, "test"): (96.4, 86.4), ("backtranslation", False, True, "test"): (96.6, 86.0),
     ("backtranslation", True, False, "test"): (98.8, 86.2),
     ("composed+backtranslation", False, True, "test"): (96.8, 87.0),
+    # SPoC (10 layers): TestW, and TestP (unseen problems) as its OOD split.
+    ("baseline", False, False, "testw"): (51.3, 34.5), ("baseline", False, False, "testp"): (24.5, 12.2),
+    ("standard", False, False, "testw"): (52.5, 37.0), ("standard", False, False, "testp"): (24.7, 14.8),
+    ("composed", False, True, "testw"): (53.9, 38.1), ("composed", False, True, "testp"): (25.8, 15.4),
 }
 # Table 5: the denoiser pre-trained on random word deletions instead (6 layers).
 PAPER_RANDOM_DELETIONS = {
@@ -55,6 +61,16 @@ def paper_numbers(s: dict) -> tuple:
         key = (s["method"], s["denoised"], s["split"])
         return (None, None) if s["deep"] else PAPER_RANDOM_DELETIONS.get(key, (None, None))
     return PAPER.get((s["method"], s["deep"], s["denoised"], s["split"]), (None, None))
+
+
+def default_splits(data: str) -> str:
+    """test,ood for SansType; SPoC's testw,testp, those of them make_spoc.py wrote."""
+    if not common.is_spoc(data):
+        return "test,ood"
+    splits = [s for s in ("testw", "testp") if os.path.isfile(os.path.join(data, f"{s}.src"))]
+    if not splits:
+        raise common.UsageError(f"{data} has neither testw nor testp: name the splits with --splits")
+    return ",".join(splits)
 
 
 def load_judge(data: str, split: str):
@@ -95,8 +111,17 @@ def judge_predictions(args):
     if len(programs) != n:
         raise common.UsageError(f"line counts differ: {len(programs)} predictions, {n} programs in "
                                 f"{args.data}/{args.split}")
+    suffix = ".verdicts.jsonl"
+    if args.denoiser and args.denoiser != "none":  # Pi(programs): e.g. how many correct programs Pi leaves correct
+        spm = common.read_tokenizer_bytes(args.data)
+        denoiser, _ = common.load_model(args.denoiser, spm, args.data)
+        denoiser.to(common.pick_device(args.device))
+        programs = common.translate(denoiser, common.load_tokenizer(spm), programs, args.batch_size, beam=args.beam,
+                                    progress=True)
+        suffix = ".denoised" + suffix
     verdicts = judge(programs)
-    write_jsonl(args.predictions + ".verdicts.jsonl", [{"line": i + 1, **v} for i, v in enumerate(verdicts)])
+    write_jsonl(args.predictions + suffix, [{"line": i + 1, **({"prediction": programs[i]} if ".denoised" in suffix
+                                                               else {}), **v} for i, v in enumerate(verdicts)])
     summary = summarize(verdicts)
     if args.json:
         with open(args.json, "w") as f:
@@ -126,7 +151,7 @@ def evaluate_model(args):
     layers = model.config.encoder_layers + model.config.decoder_layers
     preset_layers = 2 * common.MODEL_PRESETS[checkpoint["args"]["preset"]]["encoder_layers"]
 
-    for split in args.splits.split(","):
+    for split in (args.splits or default_splits(args.data)).split(","):
         sources = common.read_lines(os.path.join(args.data, f"{split}.src"))
         _, judge = load_judge(args.data, split)
         base = common.translate(model, tokenizer, sources, args.batch_size, beam=args.beam)
@@ -183,8 +208,8 @@ def print_table(args):
         raise common.UsageError(f"no eval_*.json in {' '.join(args.table)}: run evaluate.py on a model first")
     standard = {}  # per split, the first standard run in the order of the folders given (a sweep may hold more)
     for s in summaries:
-        if (s["method"], s["deep"], s["denoised"], s["corruption"], s.get("beam", 1)) == ("standard", False, False,
-                                                                                          "code", 1):
+        if (s["method"], s["deep"], s["denoised"], s.get("beam", 1)) == ("standard", False, False, 1) and \
+                s["corruption"] in ("code", "line"):  # SansType's denoiser, or SPoC's
             standard.setdefault(s["split"], s)
     print(f"{'run':<25} {'method':<25} {'Pi':<6} {'layers':>6} {'Pi?':>4} {'split':<5} {'compiled':>8} {'accuracy':>8} "
           f"{'relative':>8}   paper: compiled accuracy relative")
@@ -200,8 +225,8 @@ def main(argv=None):
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", nargs="?", help="a predictor checkpoint (runs/<name>/model.pt)")
     parser.add_argument("--denoiser", help="apply this denoiser to the predictions: Pi(f(x)) (composed models "
-                        "apply their own unless given another, or none)")
-    parser.add_argument("--splits", default="test,ood")
+                        "apply their own unless given another, or none); with --predictions, to the file's programs")
+    parser.add_argument("--splits", help="default: test,ood (SansType), testw,testp (SPoC)")
     parser.add_argument("--table", nargs="+", metavar="RUN_DIR", help="print the results found in these folders")
     parser.add_argument("--predictions", help="judge this file of programs instead of a model's")
     parser.add_argument("--split", default="test", help="with --predictions: the split they answer")

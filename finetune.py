@@ -8,6 +8,8 @@
     python finetune.py --method composed --init runs/bart/model.pt --out runs/composed_bart
     python finetune.py --method standard --layers 4 --denoiser runs/denoiser_deep/model.pt --out runs/standard_deep
     python finetune.py --method baseline --resume   # continue after an interrupt
+    python finetune.py --method standard --data data/spoc --denoiser runs/spoc/denoiser/model.pt \
+        --out runs/spoc/standard                   # SPoC (make_spoc.py): its own presets (Appendix E)
 
 standard and bart start from the pre-trained denoiser (--denoiser, default runs/denoiser/model.pt) and
 take its architecture; baseline and backtranslation build fresh models of the preset's size; composed
@@ -33,6 +35,10 @@ EPOCHS = {
     "paper": dict(baseline=500, standard=300, bart=300, bart_frozen=200, composed=300, backtranslation=500),
     "cpu": dict(baseline=60, standard=25, bart=25, bart_frozen=15, composed=6, backtranslation=12),
     "smoke": dict(baseline=2, standard=2, bart=2, bart_frozen=1, composed=2, backtranslation=1),
+    # SPoC (Appendix E): 150 epochs (the smoothing schedule's 100 + 25 + 25), composed 20. cpu: sized for the
+    # full release's 11355 programs, 11 times SansType's labeled pairs, so that a run sees about as many.
+    "spoc-paper": dict(baseline=150, standard=150, bart=150, bart_frozen=100, composed=20, backtranslation=150),
+    "spoc-cpu": dict(baseline=6, standard=3, bart=4, bart_frozen=2, composed=1, backtranslation=2),
 }
 # paper: the authors' fairseq commands: ~16000 tokens (about 176 programs) an update, 2e-3 with an inverse-sqrt
 # schedule after a warm-up that differs by method (PAPER_WARMUPS), no early stop before the last epoch.
@@ -43,6 +49,13 @@ PRESETS = {
     "cpu": dict(batch_size=32, lr=1e-3, warmup_steps=300, patience=8, synthetic_programs=4000,
                 lr_schedule="linear"),
     "smoke": dict(batch_size=8, lr=1e-3, warmup_steps=5, patience=2, synthetic_programs=16, lr_schedule="linear"),
+    # SPoC: FLoRes's recipe, as Appendix E says: 1e-3 after 4000 updates from 1e-7, inverse-sqrt, ~16000 tokens an
+    # update (about 90 programs), label smoothing 0.2 -> 0.1 -> 0.05 (composed: 0.05, the schedule's last).
+    "spoc-paper": dict(batch_size=90, lr=1e-3, warmup_steps=4000, warmup_start_lr=1e-7, patience=150,
+                       synthetic_programs=0, lr_schedule="inverse-sqrt",
+                       label_smoothing_schedule="0.2:100,0.1:25,0.05"),
+    "spoc-cpu": dict(batch_size=32, lr=1e-3, warmup_steps=300, patience=3, synthetic_programs=4000,
+                     lr_schedule="linear"),
 }
 # (updates, the rate they start from): from scratch, fine-tuning from Pi, and composed, as the authors ran them.
 PAPER_WARMUPS = {"baseline": (400, 5e-4), "backtranslation": (400, 5e-4), "standard": (150, 1e-4),
@@ -80,7 +93,7 @@ def parse_args(argv=None):
                         help="backtranslation: unlabeled programs to write pseudocode for (0: all)")
     common.add_training_args(parser)
     args = parser.parse_args(argv)
-    epochs = EPOCHS[args.preset]
+    epochs = EPOCHS[common.preset_key(args)]
     args.epochs = args.epochs or epochs[args.method]
     args.frozen_epochs = args.frozen_epochs if args.frozen_epochs is not None else epochs["bart_frozen"]
     args.out = args.out or os.path.join("runs", args.method)
@@ -95,6 +108,7 @@ def parse_args(argv=None):
     if args.method == "composed":
         for preset in presets.values():
             preset["lr"] *= COMPOSED_LR_FACTOR
+        presets["spoc-paper"]["label_smoothing_schedule"] = "0.05"
     return common.resolve_preset(args, presets)
 
 
@@ -142,7 +156,7 @@ def finetune(args):
         model, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
         extra.update(denoiser_corruption=denoiser_checkpoint.get("corruption"))
     print(f"{args.method}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
-          f"{len(train_pairs)} labeled pairs, preset {args.preset}", file=sys.stderr)
+          f"{len(train_pairs)} labeled pairs, preset {common.preset_key(args)}", file=sys.stderr)
 
     if args.method == "backtranslation":
         state = backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra)
@@ -182,7 +196,7 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
       2. it writes pseudocode for unlabeled programs (synthetic.src / synthetic.tgt);
       3. mixed/: the pseudocode-to-code model learns from labeled + synthetic pairs, from scratch,
          and is then fine-tuned on the labeled pairs only (--out/model.pt)."""
-    epochs = EPOCHS[args.preset]  # --epochs sets the mixed stage; the others take the preset's budgets
+    epochs = EPOCHS[common.preset_key(args)]  # --epochs sets the mixed stage; the others take the preset's budgets
     reverse_dir, mixed_dir = os.path.join(args.out, "reverse"), os.path.join(args.out, "mixed")
     swap = lambda pairs: [(y, x) for x, y in pairs]  # noqa: E731
 

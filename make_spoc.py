@@ -19,8 +19,10 @@ Writes, one program per line and the same line number across a split's files (th
     {split}.ids          probid, subid and workerid of each program, tab-separated
     {split}.cases.jsonl  the hidden test cases of the split's problems, each problem once:
                          {"probid": "478A", "cases": [[stdin, expected stdout], ...]}
+    unlabeled.tgt        with --unlabeled TSV: more code for the denoiser (the paper used 284k codeforces
+                         programs), in the same format and under the same length filter as train
     spm.model            a joined sentencepiece BPE (10000 pieces, fewer when the data cannot support them)
-                         trained on the train split's pseudocode and code
+                         trained on the train split's pseudocode and code (and the unlabeled code)
 Train programs whose pseudocode or code is longer than --max-chars (1000) characters are dropped, as in
 Appendix E (which keeps 11355 of 11925, 95.2%; on the sample's 3035 programs this rule keeps 95.8%); val and the
 test splits are kept whole.
@@ -174,13 +176,22 @@ def make_spoc(args):
         data[split] = programs
         cases.update({p["probid"]: read_test_cases(testcases, p["probid"]) for p in programs
                       if p["probid"] not in cases})
+    unlabeled = []
+    if args.unlabeled:  # code without pseudocode, for the denoiser: the same filter as train
+        if not os.path.isfile(args.unlabeled):
+            raise common.UsageError(f"missing file: {args.unlabeled} (--unlabeled)")
+        unlabeled = [p["tgt"] for p in read_programs(args.unlabeled) if len(p["tgt"]) <= args.max_chars]
+        print(f"unlabeled: {len(unlabeled)} programs with at most {args.max_chars} characters of code")
 
     os.makedirs(args.out, exist_ok=True)  # only now: bad input leaves nothing behind
     for split in splits:
         write_split(args.out, split, data[split], cases)
+    if unlabeled:
+        common.write_lines(os.path.join(args.out, "unlabeled.tgt"), unlabeled)
     if "train" in data:
         train = data["train"]
-        spm, size = train_tokenizer([p["src"] for p in train] + [p["tgt"] for p in train], args.vocab_size)
+        spm, size = train_tokenizer([p["src"] for p in train] + [p["tgt"] for p in train] + unlabeled,
+                                    args.vocab_size)
         with open(os.path.join(args.out, "spm.model"), "wb") as f:
             f.write(spm)
         print(f"trained a {size}-piece sentencepiece BPE tokenizer")
@@ -197,6 +208,8 @@ def parse_args(argv):
     for split in SPLITS:
         parser.add_argument(f"--{split}", metavar="TSV", help=f"read the {split} split from this file")
     parser.add_argument("--testcases", help="the test cases' folder (default: SPOC/testcases)")
+    parser.add_argument("--unlabeled", metavar="TSV", help="more code for the denoiser, in the release's TSV "
+                        "layout (the text column may be empty) -> unlabeled.tgt")
     parser.add_argument("--max-chars", type=int, default=1000, help="drop longer train programs (characters)")
     parser.add_argument("--vocab-size", type=int, default=10000, help="joined sentencepiece BPE vocabulary")
     args = parser.parse_args(argv)

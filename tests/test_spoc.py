@@ -4,8 +4,11 @@ The fixture (tests/fixtures/spoc, CC BY 4.0 like the release) holds 3 programs o
 SPoC release's training split (1095A and 1006A from spoc-train-test.tsv, 478A and 888A from spoc-train-eval.tsv)
 and those problems' hidden test cases.
 """
+import difflib
+import itertools
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -13,7 +16,9 @@ import tempfile
 import pytest
 
 import common
+import finetune
 import make_spoc
+import train_denoiser
 from test_judge import HOSTILE, ROOT, processes_inside, quick_limits, write_outside_program  # noqa: F401
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "spoc")
@@ -185,3 +190,76 @@ def test_evaluate_judges_a_spoc_split(data, tmp_path):
     predictions.write_text("\n".join(programs[:2]) + "\n")
     result = run_script("evaluate.py", "--predictions", str(predictions), "--data", str(data), "--split", "testw")
     assert result.returncode == 2 and "line counts differ" in result.stderr
+
+
+# --- The stages on SPoC: Appendix E's noise and presets ----------------------------------------------------
+def test_spoc_noise_edits_one_line_in_3_programs_of_4(data):
+    programs = common.read_lines(os.path.join(data, "train.tgt")) + common.read_lines(os.path.join(data, "val.tgt"))
+    rng, changed, total = random.Random(0), 0, 0
+    for _ in range(100):
+        for program in programs:
+            noisy, total = common.corrupt_spoc_code(program, rng), total + 1
+            if noisy == program:
+                continue
+            changed += 1
+            before, after = program.split(" $ "), noisy.split(" $ ")
+            diff = [op for op in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes()
+                    if op[0] != "equal"]
+            assert len(diff) == 1 and diff[0][2] - diff[0][1] == 1, (program, noisy)  # one line, edited or gone
+            old, new = before[diff[0][1]].split(), " ".join(after[diff[0][3]:diff[0][4]]).split()
+            assert abs(len(old) - len(new)) <= 1  # one token inserted, deleted or replaced
+            assert not new or indentation(new) == indentation(old)
+    assert 0.72 < changed / total < 0.78
+
+
+def indentation(tokens):
+    return len(tokens) - len(list(itertools.dropwhile(lambda token: token == "~", tokens)))
+
+
+def test_spoc_noise_leaves_literals_and_preprocessor_lines_alone():
+    program = '#define N 5 $ int main ( ) { $ ~ string s = "a b ; c" ; $ ~ cout << s << N ; $ }'
+    rng = random.Random(1)
+    noisy = [common.corrupt_spoc_code(program, rng) for _ in range(300)]
+    assert all(n.startswith("#define N 5 $ ") and '"a b ; c"' in n for n in noisy)
+    assert len(set(noisy)) > 50  # and yet many different edits
+    assert common.corrupt_spoc_code(program, random.Random(7)) == common.corrupt_spoc_code(program, random.Random(7))
+
+
+def test_spoc_presets_are_appendix_e(data):
+    data = str(data)
+    paper = {m: finetune.parse_args(["--method", m, "--preset", "paper", "--data", data]) for m in finetune.METHODS}
+    baseline = paper["baseline"]
+    assert (baseline.layers, baseline.n_heads, baseline.d_model, baseline.d_ff) == (5, 8, 256, 1024)
+    assert (baseline.dropout, baseline.attention_dropout, baseline.activation_dropout, baseline.weight_decay) == \
+        (0.4, 0.2, 0.2, 1e-4)
+    assert (baseline.epochs, paper["standard"].epochs, paper["composed"].epochs) == (150, 150, 20)
+    assert [common.label_smoothing_at(e, baseline) for e in (1, 100, 101, 125, 126, 150)] == \
+        [0.2, 0.2, 0.1, 0.1, 0.05, 0.05]
+    assert common.label_smoothing_at(20, paper["composed"]) == 0.05
+    denoiser = train_denoiser.parse_args(["--preset", "paper", "--data", data])
+    assert (denoiser.corruption, denoiser.layers, denoiser.epochs) == ("line", 5, 36)
+    assert [common.label_smoothing_at(e, denoiser) for e in (20, 21, 24, 25, 36)] == [0.2, 0.1, 0.1, 0.0, 0.0]
+    sanstype = finetune.parse_args(["--method", "baseline", "--preset", "paper"])  # data/sanstype: unchanged
+    assert (sanstype.layers, sanstype.n_heads, sanstype.label_smoothing_schedule) == (3, 2, "")
+    assert train_denoiser.parse_args(["--preset", "paper"]).corruption == "code"
+
+
+def test_the_denoiser_trains_on_spoc_code_and_repairs_a_file_of_programs(tmp_path):
+    result = make_fixture_data(tmp_path / "data", "--unlabeled", EVAL_TSV, "--vocab-size", "300")
+    assert result.returncode == 0, result.stderr
+    data = tmp_path / "data"
+    assert len(common.read_lines(data / "unlabeled.tgt")) == 6
+    pi = tmp_path / "pi"
+    result = run_script("train_denoiser.py", "--preset", "smoke", "--data", str(data), "--out", str(pi),
+                        "--repair-programs", "2")
+    assert result.returncode == 0, result.stderr
+    assert "12 programs, line corruption" in result.stderr and "% correct" in result.stderr
+    predictions = tmp_path / "gold.txt"
+    predictions.write_text(open(data / "testw.tgt").read())
+    result = run_script("evaluate.py", "--predictions", str(predictions), "--data", str(data), "--split", "testw",
+                        "--denoiser", str(pi / "model.pt"))
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in open(str(predictions) + ".denoised.verdicts.jsonl")]
+    assert len(rows) == 6 and all("prediction" in row for row in rows)
+    # An untrained smoke denoiser does not give the gold programs back: Pi really was applied.
+    assert [row["prediction"] for row in rows] != common.read_lines(predictions)
