@@ -111,17 +111,17 @@ def judge_predictions(args):
     if len(programs) != n:
         raise common.UsageError(f"line counts differ: {len(programs)} predictions, {n} programs in "
                                 f"{args.data}/{args.split}")
-    suffix = ".verdicts.jsonl"
-    if args.denoiser and args.denoiser != "none":  # Pi(programs): e.g. how many correct programs Pi leaves correct
+    denoised = bool(args.denoiser) and args.denoiser != "none"
+    if denoised:  # Pi(programs): e.g. how many correct programs Pi leaves correct
         spm = common.read_tokenizer_bytes(args.data)
         denoiser, _ = common.load_model(args.denoiser, spm, args.data)
         denoiser.to(common.pick_device(args.device))
         programs = common.translate(denoiser, common.load_tokenizer(spm), programs, args.batch_size, beam=args.beam,
                                     progress=True)
-        suffix = ".denoised" + suffix
     verdicts = judge(programs)
-    write_jsonl(args.predictions + suffix, [{"line": i + 1, **({"prediction": programs[i]} if ".denoised" in suffix
-                                                               else {}), **v} for i, v in enumerate(verdicts)])
+    rows = [{"line": i + 1, **({"prediction": p} if denoised else {}), **v} for i, (p, v) in enumerate(zip(programs,
+                                                                                                          verdicts))]
+    write_jsonl(args.predictions + (".denoised" if denoised else "") + ".verdicts.jsonl", rows)
     summary = summarize(verdicts)
     if args.json:
         with open(args.json, "w") as f:
@@ -149,7 +149,8 @@ def evaluate_model(args):
     if method == "composed" and checkpoint.get("init_method") not in (None, "standard"):
         method += "+" + checkpoint["init_method"]
     layers = model.config.encoder_layers + model.config.decoder_layers
-    preset_layers = 2 * common.MODEL_PRESETS[checkpoint["args"]["preset"]]["encoder_layers"]
+    trained_with = argparse.Namespace(**checkpoint["args"])  # its preset on its data (SPoC's presets differ)
+    preset_layers = 2 * common.MODEL_PRESETS[common.preset_key(trained_with)]["encoder_layers"]
 
     for split in (args.splits or default_splits(args.data)).split(","):
         sources = common.read_lines(os.path.join(args.data, f"{split}.src"))
