@@ -424,6 +424,17 @@ def translate(model, tokenizer, texts: list[str], batch_size: int, sample: bool 
     return outputs
 
 
+def denoise(denoiser, tokenizer, programs: list[str], batch_size: int, error_free: Callable | None = None,
+            beam: int = 1, progress: bool = False) -> list[str]:
+    """Pi(y') for each program: the denoiser's greedy (or beam-searched) repair. With an error detector
+    g (SPoC, Appendix E: Pi(y') = y' where g(y') = 0, else argmax_y p_nu(y | y')), error_free(programs)
+    says which programs g passes, and only the others are repaired."""
+    passed = error_free(programs) if error_free else [False] * len(programs)
+    flagged = [program for program, ok in zip(programs, passed) if not ok]
+    repaired = iter(translate(denoiser, tokenizer, flagged, batch_size, beam=beam, progress=progress))
+    return [program if ok else next(repaired) for program, ok in zip(programs, passed)]
+
+
 def strip_special(ids: list[int]) -> list[int]:
     """Token ids up to the first EOS, without padding."""
     ids = ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids
@@ -664,7 +675,7 @@ def reinforce_baseline(rewards, kind: str):
 
 def composed_loss(model, denoiser, src, tgt_in, tgt_out, *, samples: int, baseline: str,
                   gamma: float = -50.0, clamp: str = "reward", composed_weight: float = 0.1, lam: float = 1.0,
-                  label_smoothing: float = 0.0, max_len: int | None = None):
+                  label_smoothing: float = 0.0, max_len: int | None = None, error_free: Callable | None = None):
     """Composed fine-tuning's loss for one batch: minus Eq. 1,
 
         max_theta  E_{y' ~ p_theta(.|x)}[ log p_beta(y | y') ]  +  lambda * E[ log p_theta(y | x) ]
@@ -679,6 +690,8 @@ def composed_loss(model, denoiser, src, tgt_in, tgt_out, *, samples: int, baseli
     the gradient of samples less likely than e^gamma. Both terms are sums over a sequence's tokens
     divided by the batch's gold tokens, so lambda weighs them as Eq. 1 does; the composed term is
     then scaled by 0.1 (Appendix D: "the composed loss is roughly an order of magnitude larger").
+    With an error detector (error_free: output ids -> bool per row; SPoC's Pi, Appendix E),
+    p_Pi(y | y') = delta(y') where g(y') = 0: the reward is 0 if y' = y and gamma otherwise.
     """
     gold = [strip_special(row) for row in tgt_out.tolist()]
     n_tokens = int((tgt_out != PAD_ID).sum())
@@ -696,8 +709,12 @@ def composed_loss(model, denoiser, src, tgt_in, tgt_out, *, samples: int, baseli
                                     memory_mask.repeat_interleave(samples, 0), sampled, finished)
     with torch.no_grad():  # the reward log p_beta(y|y'), the denoiser teacher-forced on the gold y
         noisy = pad([ids + [EOS_ID] for ids in sampled]).to(src.device)
-        reward = output_log_probs(denoiser, *denoiser.encode(noisy), [y for y in gold for _ in range(samples)],
-                                  [True] * len(sampled))
+        targets = [y for y in gold for _ in range(samples)]
+        reward = output_log_probs(denoiser, *denoiser.encode(noisy), targets, [True] * len(sampled))
+        if error_free is not None:  # Appendix E's delta: Pi leaves a program g passes as it is
+            passed = torch.tensor(error_free(sampled), device=reward.device)
+            copied = torch.tensor([y_ == y for y_, y in zip(sampled, targets)], device=reward.device)
+            reward = torch.where(passed, torch.where(copied, 0.0, gamma), reward)
     if clamp == "reward":
         reward = reward.clamp(min=gamma)
     else:
@@ -889,16 +906,26 @@ def sequence_loss_of_batch(model, src, tgt_in, tgt_out, args):
 
 
 @torch.no_grad()
-def composed_validation_loss(model, denoiser, pairs, batch_size, device) -> float:
+def composed_validation_loss(model, denoiser, pairs, batch_size, device, error_free: Callable | None = None,
+                             gamma: float = -50.0) -> float:
     """Composed fine-tuning's early-stopping criterion, as in the paper: the cross entropy of the
-    composition Pi(f(x)) on the gold y, where f decodes greedily and Pi is teacher-forced."""
+    composition Pi(f(x)) on the gold y, where f decodes greedily and Pi is teacher-forced. With an
+    error detector (see composed_loss), a prediction g passes costs 0 if it is y and -gamma if not."""
     model.eval()
-    repaired_pairs = []
+    predicted_pairs = []  # (f(x), y)
     for src, _, tgt_out in batches(pairs, batch_size):
         max_len = max_output_length(model, src)
         predictions = model.generate(src.to(device), max_len=max_len)
-        repaired_pairs += zip(predictions, [strip_special(row) for row in tgt_out.tolist()])
-    return validation_loss(denoiser, repaired_pairs, batch_size, device)
+        predicted_pairs += zip(predictions, [strip_special(row) for row in tgt_out.tolist()])
+    passed = error_free([prediction for prediction, _ in predicted_pairs]) if error_free else [False] * len(pairs)
+    flagged = [pair for pair, ok in zip(predicted_pairs, passed) if not ok]
+
+    def tokens(some_pairs):  # the decoder predicts y + EOS
+        return sum(len(y) + 1 for _, y in some_pairs)
+
+    total = validation_loss(denoiser, flagged, batch_size, device) * tokens(flagged) if flagged else 0.0
+    total += sum(-gamma for (prediction, y), ok in zip(predicted_pairs, passed) if ok and prediction != y)
+    return total / tokens(predicted_pairs)
 
 
 def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
@@ -1414,6 +1441,19 @@ def judge_spoc_programs(programs: list[str], cases: list[list[tuple[str, str]]],
     with tempfile.TemporaryDirectory(prefix="judge-") as workdir, ThreadPoolExecutor(jobs) as pool:
         list(pool.map(build_and_judge, units, [os.path.join(workdir, f"unit{i}") for i in range(len(units))]))
     return verdicts
+
+
+def spoc_compiles(programs: list[str]) -> list[bool]:
+    """SPoC's error detector g (Appendix E), as the compiler: a program has no error (g = 0) when it
+    compiles. The paper trains a classifier on the denoising data; one from Pi's own copy likelihood
+    told the sample's clean programs from corrupted ones hardly better than chance (README)."""
+    verdicts = judge_spoc_programs(programs, [[] for _ in programs])  # no cases: compile (and link) only
+    return [verdict["verdict"] != "compile_error" for verdict in verdicts]
+
+
+def error_detector(checkpoint: dict) -> Callable | None:
+    """The error detector g a denoiser's checkpoint names (train_denoiser.py --error-detector), or None."""
+    return spoc_compiles if checkpoint.get("error_detector") == "compile" else None
 
 
 def _judge_on_cases(build: _Build, cases: list[tuple[str, str]], workdir: str) -> dict:

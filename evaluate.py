@@ -114,10 +114,10 @@ def judge_predictions(args):
     denoised = bool(args.denoiser) and args.denoiser != "none"
     if denoised:  # Pi(programs): e.g. how many correct programs Pi leaves correct
         spm = common.read_tokenizer_bytes(args.data)
-        denoiser, _ = common.load_model(args.denoiser, spm, args.data)
+        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
         denoiser.to(common.pick_device(args.device))
-        programs = common.translate(denoiser, common.load_tokenizer(spm), programs, args.batch_size, beam=args.beam,
-                                    progress=True)
+        programs = common.denoise(denoiser, common.load_tokenizer(spm), programs, args.batch_size,
+                                  common.error_detector(denoiser_checkpoint), beam=args.beam, progress=True)
     verdicts = judge(programs)
     rows = [{"line": i + 1, **({"prediction": p} if denoised else {}), **v} for i, (p, v) in enumerate(zip(programs,
                                                                                                           verdicts))]
@@ -138,13 +138,15 @@ def evaluate_model(args):
     tokenizer = common.load_tokenizer(spm)
     device = common.pick_device(args.device)
     model = model.to(device)
-    denoiser, corruption = None, checkpoint.get("denoiser_corruption")
+    denoiser, denoiser_checkpoint, corruption = None, None, checkpoint.get("denoiser_corruption")
     if args.denoiser and args.denoiser != "none":
         denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
         corruption = denoiser_checkpoint.get("corruption")
     elif "denoiser" in checkpoint and args.denoiser != "none":  # a composed model is Pi(f(x))
-        denoiser = common.model_from_checkpoint(checkpoint["denoiser"])
+        denoiser_checkpoint = checkpoint["denoiser"]
+        denoiser = common.model_from_checkpoint(denoiser_checkpoint)
     denoiser = denoiser.to(device) if denoiser else None
+    error_free = common.error_detector(denoiser_checkpoint) if denoiser else None  # SPoC's g
     method = checkpoint.get("method", "?")
     if method == "composed" and checkpoint.get("init_method") not in (None, "standard"):
         method += "+" + checkpoint["init_method"]
@@ -156,7 +158,8 @@ def evaluate_model(args):
         sources = common.read_lines(os.path.join(args.data, f"{split}.src"))
         _, judge = load_judge(args.data, split)
         base = common.translate(model, tokenizer, sources, args.batch_size, beam=args.beam)
-        programs = common.translate(denoiser, tokenizer, base, args.batch_size, beam=args.beam) if denoiser else base
+        programs = common.denoise(denoiser, tokenizer, base, args.batch_size, error_free, beam=args.beam) \
+            if denoiser else base
         verdicts = judge(programs)
         name = f"eval_{split}{'_denoised' if denoiser else ''}{'_random' if corruption == 'random' else ''}" \
                f"{f'_beam{args.beam}' if args.beam > 1 else ''}"  # Table 5's denoiser gets files of its own

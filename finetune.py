@@ -149,9 +149,11 @@ def finetune(args):
     elif args.method == "composed":
         model, init = common.load_model(args.init, spm, args.data)
         denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
-        fit.update(freeze_and_compose(model, denoiser, val_pairs, args))
+        g = common.error_detector(denoiser_checkpoint)  # SPoC's Pi leaves what compiles alone
+        error_free = (lambda outputs: g(tokenizer.decode(outputs))) if g else None  # on token ids
+        fit.update(freeze_and_compose(model, denoiser, val_pairs, args, error_free))
         extra.update(init_method=init.get("method"), denoiser_corruption=denoiser_checkpoint.get("corruption"),
-                     denoiser={key: denoiser_checkpoint[key] for key in ("config", "model")})
+                     denoiser={key: denoiser_checkpoint.get(key) for key in ("config", "model", "error_detector")})
     else:
         model, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
         extra.update(denoiser_corruption=denoiser_checkpoint.get("corruption"))
@@ -173,8 +175,9 @@ def finetune(args):
           f"{os.path.join(args.out, 'model.pt')}")
 
 
-def freeze_and_compose(model, denoiser, val_pairs, args) -> dict:
-    """The frozen denoiser Pi and composed fine-tuning's loss and early-stopping criterion."""
+def freeze_and_compose(model, denoiser, val_pairs, args, error_free=None) -> dict:
+    """The frozen denoiser Pi (with its error detector g on SPoC: error_free) and composed fine-tuning's
+    loss and early-stopping criterion."""
     device = common.pick_device(args.device)
     denoiser.to(device).eval()  # eval: no dropout; Pi is a fixed function of its input
     denoiser.requires_grad_(False)
@@ -183,10 +186,11 @@ def freeze_and_compose(model, denoiser, val_pairs, args) -> dict:
         return common.composed_loss(
             model, denoiser, src, tgt_in, tgt_out, samples=args.samples,
             baseline=args.reinforce_baseline, gamma=args.gamma, clamp=args.clamp,
-            composed_weight=args.composed_weight, lam=args.lam, label_smoothing=args.label_smoothing)
+            composed_weight=args.composed_weight, lam=args.lam, label_smoothing=args.label_smoothing,
+            error_free=error_free)
 
     return dict(loss_fn=loss_fn, validate=lambda model: common.composed_validation_loss(
-        model, denoiser, val_pairs, args.batch_size, device))
+        model, denoiser, val_pairs, args.batch_size, device, error_free, args.gamma))
 
 
 def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict:
@@ -199,6 +203,10 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
     epochs = EPOCHS[common.preset_key(args)]  # --epochs sets the mixed stage; the others take the preset's budgets
     reverse_dir, mixed_dir = os.path.join(args.out, "reverse"), os.path.join(args.out, "mixed")
     swap = lambda pairs: [(y, x) for x, y in pairs]  # noqa: E731
+    unlabeled = os.path.join(args.data, "unlabeled.tgt")
+    if not os.path.isfile(unlabeled):  # SPoC has unlabeled code only if the user brought some
+        raise common.UsageError(f"backtranslation needs unlabeled code: missing {unlabeled} "
+                                "(SPoC: make_spoc.py --unlabeled TSV)")
 
     print("backtranslation 1/3: code -> pseudocode on the labeled pairs", file=sys.stderr)
     reverse = common.Transformer(model.config)
@@ -208,7 +216,7 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
 
     synthetic_src, synthetic_tgt = os.path.join(args.out, "synthetic.src"), os.path.join(args.out, "synthetic.tgt")
     if not (args.resume and os.path.exists(synthetic_tgt)):
-        programs = common.read_lines(os.path.join(args.data, "unlabeled.tgt"))
+        programs = common.read_lines(unlabeled)
         programs = programs[:args.synthetic_programs] if args.synthetic_programs else programs
         print(f"backtranslation 2/3: pseudocode for {len(programs)} unlabeled programs", file=sys.stderr)
         pseudocode = common.translate(reverse, tokenizer, programs, args.batch_size, progress=True)

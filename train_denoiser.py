@@ -3,13 +3,14 @@
     python train_denoiser.py                                  # cpu preset: data/sanstype -> runs/denoiser/model.pt
     python train_denoiser.py --corruption random --out runs/denoiser_random   # Table 5's random deletions
     python train_denoiser.py --preset paper                   # the paper's sizes and 50 epochs, for a GPU
-    python train_denoiser.py --data data/spoc --out runs/spoc/denoiser   # SPoC (make_spoc.py): one-line edits
+    python train_denoiser.py --data data/spoc --out runs/spoc/denoiser   # SPoC (make_spoc.py): one-line edits, g
     python train_denoiser.py --resume                         # continue after an interrupt
 
 Pi learns only from outputs: the unlabeled programs plus the labeled training code (code without
 its pseudocode is unlabeled output data too). Every epoch corrupts them afresh; early stopping uses
 a fixed corrupted copy of val.tgt, on which it also reports, every --repair-every epochs, how many
-repairs are exact and how many compile.
+repairs are exact and how many compile. On SPoC, Pi is Appendix E's pair (g, nu): the error
+detector g (the compiler) passes a program that compiles, and only the others are repaired.
 """
 import argparse
 import os
@@ -62,11 +63,17 @@ def parse_args(argv=None):
                         help="code: at most this many statements noised per program (1 to N, 90%% of programs)")
     parser.add_argument("--deletion-probability", type=float, default=0.15)
     parser.add_argument("--max-programs", type=int, help="use only this many training programs (0: all)")
+    parser.add_argument("--error-detector", choices=("compile", "none"),
+                        help="Appendix E's g, stored with Pi: Pi leaves a program g passes as it is; compile (SPoC's "
+                             "default): g passes programs that compile; none (SansType's): Pi repairs every program")
     parser.add_argument("--repair-every", type=int, default=1, help="judge val repairs every N epochs (0: never)")
     parser.add_argument("--repair-programs", type=int, default=100, help="how many val programs to repair")
     common.add_training_args(parser)
     args = parser.parse_args(argv)
     args.corruption = args.corruption or ("line" if common.is_spoc(args.data) else "code")
+    args.error_detector = args.error_detector or ("compile" if common.is_spoc(args.data) else "none")
+    if args.error_detector == "compile" and not common.is_spoc(args.data):
+        parser.error("--error-detector compile needs SPoC data (make_spoc.py)")
     if args.num_corruptions < 1 or not 0 <= args.deletion_probability <= 1:
         parser.error("--num-corruptions must be at least 1 and --deletion-probability within [0, 1]")
     return common.resolve_preset(args, PRESETS)
@@ -89,6 +96,7 @@ def train(args):
         raise common.UsageError(f"no programs to train or validate on in {args.data}")
     corrupt = CORRUPTIONS[args.corruption]
     spoc_cases = common.read_spoc_cases(args.data, "val") if common.is_spoc(args.data) else None
+    error_free = common.spoc_compiles if args.error_detector == "compile" else None  # g, for the repair report
 
     clean_ids = tokenizer.encode(programs)
     val_rng = random.Random(f"{args.seed}-val")  # the same corrupted val set every epoch and every run
@@ -103,7 +111,7 @@ def train(args):
         if not args.repair_every or epoch % args.repair_every:
             return ""
         noisy, clean = val_noisy[:args.repair_programs], val[:args.repair_programs]
-        repaired = common.translate(model, tokenizer, noisy, args.batch_size)
+        repaired = common.denoise(model, tokenizer, noisy, args.batch_size, error_free)
         exact = sum(r == c for r, c in zip(repaired, clean)) / len(clean)
         if spoc_cases:  # SPoC: the repairs judged on their problems' hidden test cases
             verdicts = common.judge_spoc_programs(repaired, spoc_cases[:len(repaired)])
@@ -115,8 +123,10 @@ def train(args):
 
     model = common.Transformer(common.config_from_args(args, tokenizer.get_piece_size()))
     print(f"denoiser: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
-          f"{len(programs)} programs, {args.corruption} corruption, preset {common.preset_key(args)}", file=sys.stderr)
-    extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption}
+          f"{len(programs)} programs, {args.corruption} corruption, error detector {args.error_detector}, "
+          f"preset {common.preset_key(args)}", file=sys.stderr)
+    extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption,
+             "error_detector": None if args.error_detector == "none" else args.error_detector}
     state = common.fit(model, train_pairs, val_pairs, args, args.out, extra, on_epoch=report_repairs)
     print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}) -> "
           f"{os.path.join(args.out, 'model.pt')}")

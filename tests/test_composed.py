@@ -27,8 +27,14 @@ def every_output():
             yield list(ids), n < MAX_LEN
 
 
-def exact_gradient(model, denoiser, src, gold, gamma):
-    """grad of sum over y' of p_theta(y'|x) * max(log p_beta(y|y'), gamma), by enumeration."""
+def without_unk(outputs):
+    """A toy error detector g: an output holding UNK has an error."""
+    return [common.UNK_ID not in ids for ids in outputs]
+
+
+def exact_gradient(model, denoiser, src, gold, gamma, error_free=None):
+    """grad of sum over y' of p_theta(y'|x) * max(log p_Pi(y|y'), gamma), by enumeration; with an
+    error detector g, log p_Pi(y|y') = log delta_y'(y) where g passes y' (Appendix E)."""
     outputs, finished = zip(*every_output())
     model.zero_grad()
     log_p = common.output_log_probs(model, *model.encode(src.expand(len(outputs), -1)), outputs, finished)
@@ -37,18 +43,21 @@ def exact_gradient(model, denoiser, src, gold, gamma):
         reward = common.output_log_probs(denoiser, *denoiser.encode(noisy), [gold] * len(outputs),
                                          [True] * len(outputs))
     assert abs(log_p.exp().sum().item() - 1) < 1e-5  # the enumeration covers every output
+    if error_free:
+        delta = torch.tensor([0.0 if list(ids) == gold else float("-inf") for ids in outputs])
+        reward = torch.where(torch.tensor(error_free(outputs)), delta, reward)
     (log_p.exp() * reward.clamp(min=gamma)).sum().backward()
     return torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
-def estimated_gradient(model, denoiser, src, gold, gamma, baseline, batch=250, draws=40):
+def estimated_gradient(model, denoiser, src, gold, gamma, baseline, batch=250, draws=40, error_free=None):
     """The estimator's mean gradient of the same quantity over batch * draws * 4 samples."""
     model.zero_grad()
     tgt = common.pad([[common.BOS_ID] + gold + [common.EOS_ID]] * batch)
     for _ in range(draws):
         loss = common.composed_loss(model, denoiser, src.expand(batch, -1), tgt[:, :-1], tgt[:, 1:], samples=4,
                                     baseline=baseline, gamma=gamma, composed_weight=1.0, lam=0.0,
-                                    max_len=MAX_LEN)
+                                    max_len=MAX_LEN, error_free=error_free)
         loss.backward()
     n_tokens = batch * (len(gold) + 1)  # the loss is per gold token and minimised
     return -torch.cat([p.grad.flatten() for p in model.parameters()]) * n_tokens / batch / draws
@@ -69,6 +78,19 @@ def test_reinforce_estimate_matches_the_enumerated_gradient(baseline, tolerance)
     estimate = estimated_gradient(model, denoiser, src, gold, gamma, baseline)
     error = (estimate - exact).norm() / exact.norm()
     assert error < tolerance, f"relative error {error:.3f}"
+
+
+def test_with_an_error_detector_the_estimate_matches_appendix_e_delta():
+    """SPoC's Pi leaves outputs its detector g passes as they are: their reward is 0 if they are the
+    gold program and gamma if not, and the estimator follows that distribution, not the denoiser's."""
+    model, denoiser = tiny_model(0).eval(), tiny_model(9).eval()
+    src, gold, gamma = torch.tensor([[4, 5, common.EOS_ID]]), [5, 4], -14.9
+    torch.manual_seed(2)
+    exact = exact_gradient(model, denoiser, src, gold, gamma, without_unk)
+    estimate = estimated_gradient(model, denoiser, src, gold, gamma, "batch", error_free=without_unk)
+    assert (estimate - exact).norm() / exact.norm() < 0.05
+    without_detector = exact_gradient(model, denoiser, src, gold, gamma)
+    assert (without_detector - exact).norm() / exact.norm() > 0.5  # the detector changes the objective
 
 
 def test_reinforce_baselines_leave_the_sample_itself_out():

@@ -14,8 +14,10 @@ import sys
 import tempfile
 
 import pytest
+import torch
 
 import common
+import evaluate
 import finetune
 import make_spoc
 import train_denoiser
@@ -244,7 +246,7 @@ def test_spoc_presets_are_appendix_e(data):
     assert train_denoiser.parse_args(["--preset", "paper"]).corruption == "code"
 
 
-def test_the_denoiser_trains_on_spoc_code_and_repairs_a_file_of_programs(tmp_path):
+def test_the_denoiser_trains_on_spoc_code_and_repairs_a_file_of_programs(tmp_path, monkeypatch):
     result = make_fixture_data(tmp_path / "data", "--unlabeled", EVAL_TSV, "--vocab-size", "300")
     assert result.returncode == 0, result.stderr
     data = tmp_path / "data"
@@ -253,13 +255,59 @@ def test_the_denoiser_trains_on_spoc_code_and_repairs_a_file_of_programs(tmp_pat
     result = run_script("train_denoiser.py", "--preset", "smoke", "--data", str(data), "--out", str(pi),
                         "--repair-programs", "2")
     assert result.returncode == 0, result.stderr
-    assert "12 programs, line corruption" in result.stderr and "% correct" in result.stderr
+    assert "12 programs, line corruption, error detector compile" in result.stderr and "% correct" in result.stderr
+    # Gold programs, the first broken: g passes the gold ones, which Pi leaves as they are, and flags the
+    # broken one, which an untrained smoke denoiser does not give back.
+    gold = common.read_lines(data / "testw.tgt")
+    broken = gold[0].replace(";", "", 1)
     predictions = tmp_path / "gold.txt"
-    predictions.write_text(open(data / "testw.tgt").read())
+    common.write_lines(str(predictions), [broken] + gold[1:])
     result = run_script("evaluate.py", "--predictions", str(predictions), "--data", str(data), "--split", "testw",
                         "--denoiser", str(pi / "model.pt"))
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in open(str(predictions) + ".denoised.verdicts.jsonl")]
-    assert len(rows) == 6 and all("prediction" in row for row in rows)
-    # An untrained smoke denoiser does not give the gold programs back: Pi really was applied.
-    assert [row["prediction"] for row in rows] != common.read_lines(predictions)
+    assert len(rows) == 6 and [row["prediction"] for row in rows[1:]] == gold[1:]
+    assert rows[0]["prediction"] != broken
+    assert all(row["verdict"] == "correct" for row in rows[1:])
+    # Composed fine-tuning takes g along: into its checkpoint, and from there into evaluate.py's Pi(f(x)).
+    for method, more in (("standard", []), ("composed", ["--init", str(tmp_path / "standard" / "model.pt")])):
+        result = run_script("finetune.py", "--method", method, "--preset", "smoke", "--data", str(data),
+                            "--denoiser", str(pi / "model.pt"), "--out", str(tmp_path / method), *more)
+        assert result.returncode == 0, result.stderr
+    assert torch.load(tmp_path / "composed" / "model.pt", weights_only=False)["denoiser"]["error_detector"] == "compile"
+    result = run_script("finetune.py", "--method", "backtranslation", "--preset", "smoke", "--data", str(data),
+                        "--out", str(tmp_path / "backtranslation"))
+    assert result.returncode == 0, result.stderr
+    assert len(common.read_lines(tmp_path / "backtranslation" / "synthetic.src")) == 6  # the 6 unlabeled programs
+    flagged = {}  # what g was asked about, and said: every other program flagged
+
+    def some_flagged(programs):
+        flagged.update({program: i % 2 == 1 for i, program in enumerate(programs)})
+        return [not flagged[program] for program in programs]
+
+    monkeypatch.setattr(common, "spoc_compiles", some_flagged)
+    evaluate.main([str(tmp_path / "composed" / "model.pt"), "--data", str(data)])
+    rows = [json.loads(line) for line in open(tmp_path / "composed" / "eval_testw_denoised.jsonl")]
+    assert len(rows) == 6 and set(flagged) == {row["base"] for row in rows}
+    assert all((row["prediction"] != row["base"]) == flagged[row["base"]] for row in rows)
+
+
+def test_backtranslation_without_unlabeled_code_is_a_one_line_error_before_any_training(data, tmp_path):
+    result = run_script("finetune.py", "--method", "backtranslation", "--preset", "smoke", "--data", str(data),
+                        "--out", str(tmp_path / "bt"))
+    assert result.returncode != 0 and "backtranslation needs unlabeled code" in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 2 and not (tmp_path / "bt" / "reverse").exists()
+
+
+def test_the_compiler_is_the_error_detector_and_denoise_repairs_only_what_it_flags(data):
+    gold, _ = split_programs(data, "testw")
+    broken = [program.replace(";", "", 1) for program in gold[:2]]
+    assert common.spoc_compiles(gold[:2] + broken) == [True, True, False, False]
+    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
+    config = common.TransformerConfig(vocab_size=tokenizer.get_piece_size(), d_model=16, n_heads=2, encoder_layers=1,
+                                      decoder_layers=1, d_ff=32)
+    untrained = common.Transformer(config)
+    repaired = common.denoise(untrained, tokenizer, gold[:2] + broken, 4, common.spoc_compiles)
+    assert repaired[:2] == gold[:2]
+    assert repaired[2:] == common.translate(untrained, tokenizer, broken, 4)
+    assert common.denoise(untrained, tokenizer, gold[:2], 4) == common.translate(untrained, tokenizer, gold[:2], 4)
