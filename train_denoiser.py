@@ -96,7 +96,10 @@ def train(args):
         raise common.UsageError(f"no programs to train or validate on in {args.data}")
     corrupt = CORRUPTIONS[args.corruption]
     spoc_cases = common.read_spoc_cases(args.data, "val") if common.is_spoc(args.data) else None
-    error_free = common.spoc_compiles if args.error_detector == "compile" else None  # g, for the repair report
+
+    extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption,
+             "error_detector": None if args.error_detector == "none" else args.error_detector}
+    error_free = common.error_detector(extra)  # g, as evaluate.py will read it back from the checkpoint
 
     clean_ids = tokenizer.encode(programs)
     val_rng = random.Random(f"{args.seed}-val")  # the same corrupted val set every epoch and every run
@@ -125,8 +128,6 @@ def train(args):
     print(f"denoiser: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
           f"{len(programs)} programs, {args.corruption} corruption, error detector {args.error_detector}, "
           f"preset {common.preset_key(args)}", file=sys.stderr)
-    extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption,
-             "error_detector": None if args.error_detector == "none" else args.error_detector}
     state = common.fit(model, train_pairs, val_pairs, args, args.out, extra, on_epoch=report_repairs)
     print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}) -> "
           f"{os.path.join(args.out, 'model.pt')}")

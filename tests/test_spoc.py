@@ -279,17 +279,18 @@ def test_the_denoiser_trains_on_spoc_code_and_repairs_a_file_of_programs(tmp_pat
                         "--out", str(tmp_path / "backtranslation"))
     assert result.returncode == 0, result.stderr
     assert len(common.read_lines(tmp_path / "backtranslation" / "synthetic.src")) == 6  # the 6 unlabeled programs
-    flagged = {}  # what g was asked about, and said: every other program flagged
+    asked = []  # what g was asked about; it passes the programs at even positions and flags the others
 
-    def some_flagged(programs):
-        flagged.update({program: i % 2 == 1 for i, program in enumerate(programs)})
-        return [not flagged[program] for program in programs]
+    def every_other_passes(programs):
+        asked.extend(programs)
+        return [i % 2 == 0 for i in range(len(programs))]
 
-    monkeypatch.setattr(common, "spoc_compiles", some_flagged)
+    monkeypatch.setattr(common, "spoc_compiles", every_other_passes)
     evaluate.main([str(tmp_path / "composed" / "model.pt"), "--data", str(data)])
     rows = [json.loads(line) for line in open(tmp_path / "composed" / "eval_testw_denoised.jsonl")]
-    assert len(rows) == 6 and set(flagged) == {row["base"] for row in rows}
-    assert all((row["prediction"] != row["base"]) == flagged[row["base"]] for row in rows)
+    assert len(rows) == 6 and asked == [row["base"] for row in rows]
+    assert all(row["prediction"] == row["base"] for row in rows[0::2])  # passed: left as f(x) wrote them
+    assert all(row["prediction"] != row["base"] for row in rows[1::2])  # flagged: the untrained Pi rewrote them
 
 
 def test_backtranslation_without_unlabeled_code_is_a_one_line_error_before_any_training(data, tmp_path):
