@@ -448,12 +448,14 @@ def strip_special(ids: list[int]) -> list[int]:
 # (Ronneberger et al., 2015) that maps a 1x32x32 image in [-1, 1] to another.
 # Three stride-2 convolutions go down 32 -> 16 -> 8 -> 4; transposed convolutions
 # come back up, each concatenated with the encoder map of the same size (the skip
-# connections, which let fine strokes bypass the bottleneck). width=64 is the
-# size of the paper's released code; the CPU preset uses a narrower one.
+# connections, which let fine strokes bypass the bottleneck). As in the authors'
+# released code, no convolution has a bias, and the output is drawn from the 16x16
+# features alone: Pi cannot copy its input pixel by pixel, so it must redraw f(x)
+# as a glyph. width=64 is their size; the CPU preset uses a narrower one.
 
 def unet_down(c_in, c_out, norm=True, dropout=0.0):
     """Halve the resolution: 4x4 convolution with stride 2."""
-    layers = [nn.Conv2d(c_in, c_out, 4, stride=2, padding=1, bias=not norm)]
+    layers = [nn.Conv2d(c_in, c_out, 4, stride=2, padding=1, bias=False)]
     layers += [nn.InstanceNorm2d(c_out)] if norm else []
     layers += [nn.LeakyReLU(0.2)]
     layers += [nn.Dropout(dropout)] if dropout else []
@@ -478,8 +480,9 @@ class UNet(nn.Module):
         self.down3 = unet_down(2 * w, 2 * w, norm=False, dropout=dropout)  # 8 -> 4
         self.up1 = unet_up(2 * w, 2 * w, dropout=dropout)         # 4 -> 8, then cat d2
         self.up2 = unet_up(4 * w, w, dropout=dropout)             # 8 -> 16, then cat d1
-        self.up3 = nn.Upsample(scale_factor=2)                    # 16 -> 32, then cat the input
-        self.final = nn.Sequential(nn.Conv2d(2 * w + 1, 1, 3, padding=1), nn.Tanh())  # [-1, 1] like the data
+        # 16 -> 32: upsample, pad one row and column (33x33), and a 4x4 convolution back to 32x32.
+        self.final = nn.Sequential(nn.Upsample(scale_factor=2), nn.ZeroPad2d((1, 0, 1, 0)),
+                                   nn.Conv2d(2 * w, 1, 4, padding=1, bias=False), nn.Tanh())  # [-1, 1] like the data
 
     def forward(self, x):                                         # x: (B, 1, 32, 32)
         d1 = self.down1(x)
@@ -487,8 +490,7 @@ class UNet(nn.Module):
         d3 = self.down3(d2)
         u1 = torch.cat([self.up1(d3), d2], dim=1)
         u2 = torch.cat([self.up2(u1), d1], dim=1)
-        u3 = torch.cat([self.up3(u2), x], dim=1)
-        return self.final(u3)
+        return self.final(u2)
 
 
 # ============================================================================

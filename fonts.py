@@ -37,13 +37,13 @@ PAPER = {("direct", None): 0.193, ("composed", "blur"): 0.171, ("composed", "emb
          ("composed", "contrast"): 0.172, ("composed+dropout", "blur"): 0.165}
 
 PRESETS = {   # flags left unset take their value from the preset
-    "denoiser": {
+    "denoiser": {   # cpu: the validation MSE stops falling after ~1000 steps (README, learning curves)
         "cpu":   dict(width=32, unet_dropout=0.0, steps=1200, batch_size=128, lr=2e-3),
-        "paper": dict(width=64, unet_dropout=0.5, steps=24000, batch_size=256, lr=2e-4),  # 2 epochs, ~50k fonts
+        "paper": dict(width=64, unet_dropout=0.5, steps=27000, batch_size=256, lr=2e-4),  # 2 epochs, ~3.5M glyphs
         "tiny":  dict(width=4, unet_dropout=0.0, steps=3, batch_size=8, lr=1e-3),
     },
     "train": {
-        "cpu":   dict(epochs=40, patience=10, batch_size=64, lr=1e-3, l2=[1e-3, 1e-4, 1e-5]),
+        "cpu":   dict(epochs=80, patience=20, batch_size=64, lr=1e-3, l2=[0, 1e-6, 1e-5, 1e-4]),
         "paper": dict(epochs=1000, patience=1000, batch_size=256, lr=2e-4,
                       l2=[0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6]),
         "tiny":  dict(epochs=2, patience=2, batch_size=64, lr=1e-3, l2=[0, 1e-4]),
@@ -211,6 +211,18 @@ def make_split(n_fonts, labeled_fonts=100, n_train=2500, n_val=100, seed=0, verb
                 test=as_pairs(pairs[n_train + n_val:]))
 
 
+def unseen_images_seen(denoiser_split, n_unlabeled, split):
+    """How many of the denoiser's clean images are not training images of `split`. The
+    denoiser may use any training image of the run it serves (they are unlabeled outputs too),
+    so one trained with --n-train 500 serves every run of the labeled sweep (500-4500)."""
+    def images(s, part):
+        return {(int(s["labeled"][f]), int(c)) for f, c in s[part]}
+    labeled = {int(f) for f in split["labeled"]}
+    seen = images(denoiser_split, "train") | {(int(f), c) for f in denoiser_split["unlabeled"][:n_unlabeled]
+                                                if f in labeled for c in range(len(CHARS))}
+    return len(seen - images(split, "train"))
+
+
 def load_glyphs(path):
     if not os.path.exists(path):
         raise common.UsageError(f"{path} not found: run `python fonts.py render` first")
@@ -259,19 +271,25 @@ def corrupt_batch(images, kind, rng):
 # The predictor: (font, character) -> image, a 7-layer MLP (Appendix)
 # ============================================================================
 
+BN_EPS = 0.8   # the authors' batch-norm eps (GlyphMLP)
+
+
 class GlyphMLP(nn.Module):
     """Character embedding (62-d) and font embedding (100-d), concatenated, then 7 linear
-    layers up to a 32x32 image in [-1, 1]. Widths and the batch norm follow the released code."""
+    layers up to a 32x32 image in [-1, 1]. Widths and the batch norm follow the released code,
+    including its batch-norm eps of 0.8 (`BatchNorm1d(width, 0.8)`: the second argument is eps).
+    The pre-norm variances are far below 0.8, so each batch norm only centres its input: the
+    network stays in effect unnormalised, starts near a constant gray, and L2 really limits it."""
 
-    def __init__(self, n_fonts, dropout=0.0):
+    def __init__(self, n_fonts, dropout=0.0, bn_eps=BN_EPS):
         super().__init__()
-        self.config = dict(n_fonts=n_fonts, dropout=dropout)
+        self.config = dict(n_fonts=n_fonts, dropout=dropout, bn_eps=bn_eps)
         self.char_emb = nn.Embedding(len(CHARS), 62)
         self.font_emb = nn.Embedding(n_fonts, 100)
         widths = [62 + 100, 128, 256, 256, 512, 512, 1024]
         layers = []
         for i, (a, b) in enumerate(zip(widths, widths[1:])):
-            layers += [nn.Linear(a, b)] + ([nn.BatchNorm1d(b)] if i else []) + [nn.LeakyReLU(0.2)]
+            layers += [nn.Linear(a, b)] + ([nn.BatchNorm1d(b, eps=bn_eps)] if i else []) + [nn.LeakyReLU(0.2)]
             layers += [nn.Dropout(dropout)] if dropout and i >= 4 else []   # the two widest layers
         layers += [nn.Linear(1024, SIZE * SIZE), nn.Tanh()]
         self.net = nn.Sequential(*layers)
@@ -301,6 +319,11 @@ def composed_loss(f, pi, fonts, chars, targets):
 def direct_loss(f, fonts, chars, targets):
     """The baseline: minimise ||f(x) - y||^2."""
     return F.mse_loss(f(fonts, chars), targets)
+
+
+def adam(params, lr):
+    """The authors' optimiser for every font model: Adam with beta1 = 0.5 (the GAN setting their code comes from)."""
+    return torch.optim.Adam(params, lr=lr, betas=(0.5, 0.999))
 
 
 def freeze(model):
@@ -352,12 +375,15 @@ def load_checkpoint(path, kind=None):
 
 def build_denoiser(ckpt):
     pi = UNet(**ckpt["config"])
-    pi.load_state_dict(ckpt["state_dict"])
+    try:
+        pi.load_state_dict(ckpt["state_dict"])
+    except RuntimeError:   # the U-Net before the authors' head (biases, and the input passed to its last layer)
+        raise common.UsageError("a denoiser from an older fonts.py, whose U-Net differs: train it again")
     return freeze(pi)
 
 
 def build_predictor(ckpt):
-    f = GlyphMLP(**ckpt["config"])
+    f = GlyphMLP(**{"bn_eps": 1e-5, **ckpt["config"]})   # checkpoints without bn_eps had PyTorch's default
     f.load_state_dict(ckpt["state_dict"])
     f.eval()
     pi = build_denoiser(ckpt["denoiser"]) if ckpt["method"] == "composed" else None
@@ -365,12 +391,18 @@ def build_predictor(ckpt):
 
 
 def split_args(args):
-    return dict(labeled_fonts=args.labeled_fonts, n_train=args.n_train, n_val=args.n_val, seed=args.seed)
+    return dict(labeled_fonts=args.labeled_fonts, n_train=args.n_train, n_val=args.n_val, seed=args.split_seed)
 
 
 # ============================================================================
 # Pre-training the denoiser on unlabeled fonts
 # ============================================================================
+
+@torch.no_grad()
+def denoised_mse(pi, corrupted, clean):
+    pi.eval()
+    return F.mse_loss(pi(corrupted), clean).item()
+
 
 def cmd_denoiser(args):
     apply_preset(args, PRESETS["denoiser"])
@@ -392,7 +424,7 @@ def cmd_denoiser(args):
           f"{len(clean)} clean images; corruption {args.corruption}; {args.steps} steps of {args.batch_size}")
 
     pi = UNet(width=args.width, dropout=args.unet_dropout).to(device)
-    opt = torch.optim.Adam(pi.parameters(), lr=args.lr, betas=(0.5, 0.999))
+    opt = adam(pi.parameters(), args.lr)
     t0 = time.time()
     for step in range(1, args.steps + 1):
         batch = clean[rng.integers(len(clean), size=args.batch_size)]
@@ -403,11 +435,10 @@ def cmd_denoiser(args):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if step % args.log_every == 0 or step == args.steps:
-            progress(f"step {step}/{args.steps} loss {loss.item():.4f}", step, args.steps, t0)
-    pi.eval()
-    with torch.no_grad():
-        val_mse = F.mse_loss(pi(val_in), val_out).item()
+        if step % args.log_every == 0 or step == args.steps:   # the learning curve: val MSE against steps
+            progress(f"step {step}/{args.steps} loss {loss.item():.4f} val MSE {denoised_mse(pi, val_in, val_out):.4f}",
+                     step, args.steps, t0)
+    val_mse = denoised_mse(pi, val_in, val_out)
     print(f"val: corrupted MSE {F.mse_loss(val_in, val_out).item():.4f} -> denoised MSE {val_mse:.4f}")
     common.save_checkpoint(args.out, dict(kind="denoiser", config=pi.config, state_dict=pi.cpu().state_dict(),
                                           corruption=args.corruption, unlabeled_fonts=len(unlabeled),
@@ -423,7 +454,7 @@ def fit(args, n_fonts, data, pi, l2, device):
     """Train one predictor with one L2 strength; returns (best val MSE, best weights)."""
     torch.manual_seed(args.seed)
     f = GlyphMLP(n_fonts, dropout=args.dropout).to(device)
-    opt = torch.optim.Adam(f.parameters(), lr=args.lr, betas=(0.5, 0.999))
+    opt = adam(f.parameters(), args.lr)
     fonts, chars, targets = data["train"]
     best, best_state, bad_epochs = math.inf, None, 0
     t0 = time.time()
@@ -462,9 +493,11 @@ def cmd_train(args):
     pi, pi_ckpt = None, None
     if args.method == "composed":
         pi_ckpt = load_checkpoint(args.denoiser, "denoiser")
-        if pi_ckpt["split"] != split_args(args):
-            print(f"warning: {args.denoiser} was trained with split {pi_ckpt['split']}, this run uses "
-                  f"{split_args(args)}: the denoiser may have seen some of these val/test images")
+        seen = unseen_images_seen(make_split(len(glyphs), **pi_ckpt["split"], verbose=False),
+                                  pi_ckpt["unlabeled_fonts"], split)
+        if seen:
+            print(f"warning: {args.denoiser} was trained on {seen} images that are val/test images of this "
+                  f"run's split {split_args(args)} (its own: {pi_ckpt['split']})")
         pi = build_denoiser(pi_ckpt).to(device)
     print(f"{args.method}: {len(split['labeled'])} fonts, {len(data['train'][2])} train / "
           f"{len(data['val'][2])} val examples; L2 grid {args.l2}")
@@ -478,8 +511,8 @@ def cmd_train(args):
             best = (val, l2, state)
     val, l2, state = best
     print(f"chose l2 {l2:g} (val MSE {val:.4f})")
-    common.save_checkpoint(args.out, dict(kind="predictor", method=args.method,
-                                          config=dict(n_fonts=len(split["labeled"]), dropout=args.dropout),
+    config = dict(n_fonts=len(split["labeled"]), dropout=args.dropout, bn_eps=BN_EPS)
+    common.save_checkpoint(args.out, dict(kind="predictor", method=args.method, config=config,
                                           state_dict=state, denoiser=pi_ckpt, l2=l2, val_mse=val,
                                           val_by_l2={str(k): v for k, v in results.items()}, split=split_args(args),
                                           labeled_names=[names[i] for i in split["labeled"]], args=vars(args)))
@@ -487,7 +520,7 @@ def cmd_train(args):
 
 
 # ============================================================================
-# Evaluation: the test-MSE table and a picture like Figure 5
+# Evaluation: the test-MSE table, averaged over seeds
 # ============================================================================
 
 def load_for_eval(path, glyphs, names):
@@ -499,31 +532,165 @@ def load_for_eval(path, glyphs, names):
     return ckpt, split, f, pi
 
 
+def evaluate_checkpoint(path, glyphs, names, test_pi):
+    """One row of the table: a predictor's settings and its test MSE, of f(x) and of Pi(f(x)).
+    A composed model brings its own Pi; a direct one is denoised after training by `test_pi`."""
+    ckpt, split, f, pi = load_for_eval(path, glyphs, names)
+    test = labeled_examples(glyphs, split, "test")
+    d = ckpt["denoiser"] or (test_pi and test_pi[0])
+    pi = pi or (test_pi and test_pi[1])
+    row = dict(path=path, method=ckpt["method"], corruption=d["corruption"] if d else None,
+               unlabeled=ckpt["denoiser"]["unlabeled_fonts"] if ckpt["denoiser"] else None,
+               dropout=ckpt["config"]["dropout"], l2=ckpt["l2"], seed=ckpt["args"]["seed"],
+               n_train=len(split["train"]), n_test=len(test[2]),
+               f_mse=batched_mse(f, None, *test), pi_mse=batched_mse(f, pi, *test) if pi else None)
+    row["mse"] = row["pi_mse"] if ckpt["method"] == "composed" else row["f_mse"]   # what the predictor predicts
+    variant = row["method"] + ("+dropout" if row["dropout"] else "")
+    default_data = row["n_train"] == 2500 and not (ckpt["denoiser"] and
+                                                   ckpt["denoiser"]["args"]["unlabeled_fonts"] is not None)
+    row["paper"] = PAPER.get((variant, row["corruption"] if row["method"] == "composed" else None)) \
+        if default_data else None   # the sweeps' numbers: see the README
+    return row
+
+
+def setting(row):
+    """What a run is, apart from its seed: runs that share it are averaged."""
+    return (row["method"], row["corruption"] if row["method"] == "composed" else None, row["dropout"],
+            row["unlabeled"], row["n_train"])
+
+
+def mean_std(xs):
+    return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
+
+
+def t_interval(xs):
+    """Mean and 95% Student-t half-width over seeds (n = 3: t = 4.30)."""
+    t = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78}.get(len(xs), 2.0)
+    m, sd = mean_std(xs)
+    return m, t * sd / math.sqrt(len(xs))
+
+
+def print_seed_summary(rows):
+    """Mean ± std over seeds per setting, and composed - direct paired by seed (same training size)."""
+    groups = {}
+    for r in rows:
+        groups.setdefault(setting(r), {})[r["seed"]] = r
+    if all(len(g) < 2 for g in groups.values()):
+        return
+    print("\n| method | denoiser | dropout | unlabeled fonts | train | seeds | test MSE (mean ± std) | "
+          "Pi(f(x)) of direct | composed - direct, paired (95% t-interval) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for key, g in groups.items():
+        method, corruption, dropout, unlabeled, n_train = key
+        m, sd = mean_std([r["mse"] for r in g.values()])
+        denoised = [r["pi_mse"] for r in g.values() if r["pi_mse"] is not None]
+        after = "-" if method == "composed" or not denoised else "%.4f ± %.4f" % mean_std(denoised)
+        paired = "-"
+        direct = groups.get(("direct", None, 0.0, None, n_train), {})
+        seeds = sorted(set(g) & set(direct))
+        if method == "composed" and seeds:
+            diff, half = t_interval([g[s]["mse"] - direct[s]["mse"] for s in seeds])
+            paired = f"{diff:+.4f} ± {half:.4f} ({len(seeds)} seeds)" if len(seeds) > 1 else f"{diff:+.4f} (1 seed)"
+        print(f"| {method} | {corruption or '-'} | {dropout:g} | {'-' if unlabeled is None else unlabeled} | "
+              f"{n_train} | {len(g)} | {m:.4f} ± {sd:.4f} | {after} | {paired} |")
+
+
 def cmd_evaluate(args):
     glyphs, names = load_glyphs(args.data)
     paths = args.checkpoints or sorted(p for p in glob.glob(os.path.join(args.runs, "*.pt"))
                                        if load_checkpoint(p)["kind"] == "predictor")
     if not paths:
         raise common.UsageError(f"no predictor checkpoint in {args.runs}: run `python fonts.py train` first")
-    print("| checkpoint | method | denoiser | unlabeled fonts | dropout | L2 | train | test | "
-          "base MSE | test MSE | paper |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    test_pi = None
+    if args.denoiser != "none" and os.path.exists(args.denoiser):
+        ckpt = load_checkpoint(args.denoiser, "denoiser")
+        test_pi = (ckpt, build_denoiser(ckpt))
+    print("| checkpoint | method | denoiser | unlabeled fonts | dropout | L2 | seed | train | test | "
+          "f(x) MSE | Pi(f(x)) MSE | test MSE | paper |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
     for path in paths:
-        ckpt, split, f, pi = load_for_eval(path, glyphs, names)
-        test = labeled_examples(glyphs, split, "test")
-        mse = batched_mse(f, pi, *test)
-        base = batched_mse(f, None, *test) if pi is not None else None
-        d = ckpt["denoiser"]
-        key = (ckpt["method"] + ("+dropout" if ckpt["config"]["dropout"] else ""), d["corruption"] if d else None)
-        default_data = len(split["train"]) == 2500 and not (d and d["args"]["unlabeled_fonts"] is not None)
-        paper = PAPER.get(key) if default_data else None   # the sweeps' numbers: see the README
-        print(f"| {os.path.basename(path)} | {ckpt['method']} | {d['corruption'] if d else '-'} | "
-              f"{d['unlabeled_fonts'] if d else '-'} | {ckpt['config']['dropout']:g} | {ckpt['l2']:g} | "
-              f"{len(split['train'])} | {len(test[2])} | {'-' if base is None else f'{base:.3f}'} | "
-              f"{mse:.3f} | {'-' if paper is None else paper} |", flush=True)
+        r = evaluate_checkpoint(path, glyphs, names, test_pi)
+        rows.append(r)
+        pi_mse = "-" if r["pi_mse"] is None else f"{r['pi_mse']:.4f}"
+        print(f"| {os.path.basename(path)} | {r['method']} | {r['corruption'] or '-'} | "
+              f"{'-' if r['unlabeled'] is None else r['unlabeled']} | {r['dropout']:g} | {r['l2']:g} | {r['seed']} | "
+              f"{r['n_train']} | {r['n_test']} | {r['f_mse']:.4f} | {pi_mse} | **{r['mse']:.4f}** | "
+              f"{'-' if r['paper'] is None else r['paper']} |", flush=True)
+    print_seed_summary(rows)
+    if args.plot:
+        plot_sweep(rows, args.plot)
     direct, composed = (os.path.join(args.runs, m + ".pt") for m in ("direct", "composed"))
-    if os.path.exists(direct) and os.path.exists(composed):
-        save_samples(glyphs, names, direct, composed, args.png, args.seed)
+    if not args.checkpoints and os.path.exists(direct) and os.path.exists(composed):
+        save_samples(glyphs, names, direct, composed, args.png, 0)
+
+
+# ============================================================================
+# Pictures: Figure 6's sweeps as line plots, Figure 5's glyph grid (Pillow only)
+# ============================================================================
+
+def plot_sweep(rows, png):
+    """Figure 6: test MSE against the number of labeled examples, or, when that is the same for
+    every run, against the number of unlabeled fonts. One line per method (mean over seeds, bars
+    from the lowest to the highest seed); direct ignores the denoiser, so it is drawn flat."""
+    by_labeled = len({r["n_train"] for r in rows}) > 1
+    x_of = (lambda r: r["n_train"]) if by_labeled else (lambda r: r["unlabeled"])
+    xs = sorted({x_of(r) for r in rows if x_of(r) is not None})
+    lines = {}
+    for method in ("direct", "composed"):
+        points = {}
+        for r in rows:
+            if r["method"] == method:
+                for x in (xs if method == "direct" and not by_labeled else [x_of(r)]):
+                    points.setdefault(x, []).append(r["mse"])
+        if points:
+            lines[method] = sorted((x, np.mean(v), min(v), max(v)) for x, v in points.items())
+    if not xs or not lines:
+        raise common.UsageError("--plot needs direct or composed checkpoints of a labeled or unlabeled sweep")
+    xlabel = "labeled training examples" if by_labeled else "unlabeled fonts for the denoiser"
+    line_plot(png, "test MSE against " + xlabel, xlabel, xs, lines)
+    print(f"wrote {png}")
+
+
+def line_plot(png, title, xlabel, xs, lines, size=(520, 360), margin=(70, 40, 20, 50)):
+    """A small line chart: lines = {name: [(x, mean, low, high), ...]}, x placed by rank."""
+    left, top, right, bottom = margin
+    img = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(img)
+    font = ImageFont.load_default(size=12)
+    lows = [p[2] for pts in lines.values() for p in pts]
+    highs = [p[3] for pts in lines.values() for p in pts]
+    y0, y1 = min(lows), max(highs)
+    pad = (y1 - y0) * 0.1 or 0.005
+    y0, y1 = y0 - pad, y1 + pad
+    w, h = size[0] - left - right, size[1] - top - bottom
+
+    def to_px(x, y):
+        i = xs.index(x)
+        return left + (w * (i + 0.5) / len(xs)), top + h * (y1 - y) / (y1 - y0)
+    for k in range(5):   # y ticks and grid
+        y = y0 + (y1 - y0) * k / 4
+        _, py = to_px(xs[0], y)
+        draw.line([left, py, left + w, py], fill=(225, 225, 225))
+        draw.text((left - 6, py), f"{y:.3f}", fill="black", font=font, anchor="rm")
+    draw.rectangle([left, top, left + w, top + h], outline="black")
+    for x in xs:
+        px, _ = to_px(x, y0)
+        draw.text((px, top + h + 6), str(x), fill="black", font=font, anchor="ma")
+    draw.text((left + w / 2, size[1] - 6), xlabel, fill="black", font=font, anchor="md")
+    draw.text((left + w / 2, 6), title, fill="black", font=font, anchor="ma")
+    colors = {"direct": (200, 60, 40), "composed": (30, 90, 200)}
+    for n, (name, pts) in enumerate(lines.items()):
+        color = colors.get(name, "gray")
+        coords = [to_px(x, m) for x, m, _, _ in pts]
+        if len(coords) > 1:
+            draw.line(coords, fill=color, width=2)
+        for (x, _, lo, hi), (px, py) in zip(pts, coords):
+            draw.line([to_px(x, lo), to_px(x, hi)], fill=color, width=1)
+            draw.ellipse([px - 3, py - 3, px + 3, py + 3], fill=color)
+        draw.text((left + 10, top + 8 + 16 * n), name, fill=color, font=font)
+    os.makedirs(os.path.dirname(png) or ".", exist_ok=True)
+    img.save(png)
 
 
 def panel(images, title, in_train):
@@ -595,7 +762,8 @@ def main(argv=None):
         p.add_argument("--labeled-fonts", type=int, default=100)
         p.add_argument("--n-train", type=int, default=2500, help="labeled training examples")
         p.add_argument("--n-val", type=int, default=100)
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--split-seed", type=int, default=0, help="which fonts are labeled, which pairs train")
+        p.add_argument("--seed", type=int, default=0, help="initialisation, batches and noise")
         p.add_argument("--batch-size", type=int)
         p.add_argument("--lr", type=float)
         p.add_argument("--device", help="default: cuda if available, else cpu")
@@ -625,8 +793,10 @@ def main(argv=None):
     p.add_argument("checkpoints", nargs="*", help="predictor checkpoints (default: all in --runs)")
     p.add_argument("--data", default="data/fonts/glyphs.npz")
     p.add_argument("--runs", default="runs/fonts")
-    p.add_argument("--png", default="runs/fonts/samples.png")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--png", default="runs/fonts/samples.png", help="Figure 5's grid (from runs/fonts alone)")
+    p.add_argument("--denoiser", default="runs/fonts/denoiser.pt",
+                   help="Pi applied after training to direct predictors' outputs ('none': skip)")
+    p.add_argument("--plot", help="draw test MSE against the sweep's variable (Figure 6) into this PNG")
 
     args = parser.parse_args(argv)
     if args.cmd == "train":

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from PIL import ImageFont
+from PIL import Image, ImageFont
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import fonts  # noqa: E402
@@ -104,6 +104,34 @@ def test_unet_shapes_and_range():
         assert out.abs().max() <= 1
 
 
+def test_unet_is_the_authors_no_bias_and_output_from_16x16_features():
+    pi = UNet(width=8)
+    convs = [m for m in pi.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d))]
+    assert len(convs) == 6 and all(c.bias is None for c in convs)
+    upsample, pad, head, tanh = pi.final
+    assert isinstance(upsample, torch.nn.Upsample) and head.in_channels == 2 * 8 and head.kernel_size == (4, 4)
+    # The head sees only the 16x16 maps: shifting them by a column shifts the output by two pixels.
+    u2 = torch.randn(1, 16, 16, 16)
+    out, shifted = pi.final(u2), pi.final(torch.roll(u2, 1, dims=3))
+    assert torch.allclose(torch.roll(out, 2, dims=3)[..., 4:-4], shifted[..., 4:-4], atol=1e-6)
+
+
+def test_predictor_batch_norm_only_centres_so_a_fresh_model_is_near_constant():
+    # The authors' BatchNorm1d(width, 0.8): eps 0.8 dwarfs the pre-norm variances, so a fresh
+    # predictor starts near a constant gray; with PyTorch's default eps it would not.
+    torch.manual_seed(0)
+    fonts_, chars = torch.arange(64) % 10, torch.arange(64) % 62
+    spread = {}
+    for eps in (0.8, 1e-5):
+        f = fonts.GlyphMLP(n_fonts=10, bn_eps=eps).train()
+        spread[eps] = f(fonts_, chars).std(dim=0).mean().item()
+        assert all(m.eps == eps for m in f.modules() if isinstance(m, torch.nn.BatchNorm1d))
+    assert fonts.GlyphMLP(n_fonts=10).config["bn_eps"] == 0.8          # the default
+    assert spread[0.8] < 0.02 and spread[1e-5] > 0.1
+    opt = fonts.adam(f.parameters(), 1e-3)
+    assert opt.defaults["betas"] == (0.5, 0.999)
+
+
 def test_composed_step_lowers_loss_and_leaves_denoiser_untouched():
     torch.manual_seed(0)
     f = fonts.GlyphMLP(n_fonts=4)
@@ -139,12 +167,24 @@ def test_whole_chain_with_tiny_preset(tmp_path, aileron, capsys):
                 "--out", str(runs / "composed.pt")])
     ckpt = fonts.load_checkpoint(str(runs / "composed.pt"), "predictor")
     assert ckpt["denoiser"]["corruption"] == "blur" and ckpt["l2"] in (0, 1e-4)
+    for name in ("direct", "composed"):   # a checkpoint rebuilds the very model that was validated
+        saved = fonts.load_checkpoint(str(runs / f"{name}.pt"), "predictor")
+        glyphs_, _ = fonts.load_glyphs(data)
+        split = fonts.make_split(len(glyphs_), **saved["split"], verbose=False)
+        f, pi = fonts.build_predictor(saved)
+        val = fonts.batched_mse(f, pi, *fonts.labeled_examples(glyphs_, split, "val"))
+        assert val == pytest.approx(saved["val_mse"], rel=1e-5) and saved["config"]["bn_eps"] == 0.8
     assert set(ckpt["val_by_l2"]) == {"0", "0.0001"}
     capsys.readouterr()
     png = tmp_path / "samples.png"
-    fonts.main(["evaluate", "--data", data, "--runs", str(runs), "--png", str(png)])
+    fonts.main(["evaluate", "--data", data, "--runs", str(runs), "--png", str(png),
+                "--denoiser", str(runs / "denoiser.pt")])
     table = capsys.readouterr().out
-    assert "| composed.pt | composed | blur |" in table and "| direct.pt | direct | - |" in table
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in table.splitlines() if ".pt |" in line}
+    assert rows["composed.pt"][1:3] == ["composed", "blur"]
+    # The direct model, denoised after training by the given Pi: both of its MSEs are reported.
+    direct = rows["direct.pt"]
+    assert direct[1:3] == ["direct", "blur"] and direct[9] != direct[10] and direct[11] == f"**{direct[9]}**"
     assert png.exists() and png.stat().st_size > 1000
     assert not list(runs.glob("*.tmp"))                          # checkpoints written atomically
 
@@ -163,3 +203,45 @@ def test_bad_input_exits_with_code_2(tmp_path, capsys):
         assert e.value.code == 2
         stderr = capsys.readouterr().err.strip().splitlines()
         assert len(stderr) == 1 and stderr[0].startswith("fonts.py: error: "), stderr
+
+
+def fake_row(method, seed, mse, n_train=2500, unlabeled=None):
+    return dict(method=method, corruption="blur" if method == "composed" else None, dropout=0.0, seed=seed,
+                unlabeled=unlabeled if method == "composed" else None, n_train=n_train, mse=mse,
+                pi_mse=mse if method == "composed" else None)
+
+
+def test_seed_summary_pairs_composed_with_direct_by_seed(capsys):
+    rows = [fake_row("direct", s, m) for s, m in ((0, 0.20), (1, 0.22), (2, 0.21))]
+    rows += [fake_row("composed", s, m) for s, m in ((0, 0.18), (1, 0.21), (2, 0.18))]
+    fonts.print_seed_summary(rows)
+    out = capsys.readouterr().out
+    assert "| direct | - | 0 | - | 2500 | 3 | 0.2100 ± 0.0100 |" in out
+    # Paired differences -0.02, -0.01, -0.03: mean -0.02, std 0.01, 95% half-width 4.30 * 0.01 / sqrt(3).
+    assert "| composed | blur | 0 | - | 2500 | 3 | 0.1900 ± 0.0173 | - | -0.0200 ± 0.0248 (3 seeds) |" in out
+
+
+def test_sweep_plot_draws_both_methods(tmp_path):
+    rows = [fake_row(m, s, mse + 0.01 * s, n_train=n) for n, mse in ((500, 0.3), (2500, 0.2))
+            for m in ("direct", "composed") for s in (0, 1)]
+    png = tmp_path / "labeled.png"
+    fonts.plot_sweep(rows, str(png))
+    pixels = {tuple(p) for p in np.asarray(Image.open(png)).reshape(-1, 3)}
+    assert (200, 60, 40) in pixels and (30, 90, 200) in pixels        # a direct and a composed line
+    with pytest.raises(fonts.common.UsageError):
+        fonts.plot_sweep([], str(png))
+
+
+def test_denoiser_leak_check_counts_val_and_test_images_exactly():
+    split = fonts.make_split(400, seed=0, verbose=False)
+    small = fonts.make_split(400, n_train=500, seed=0, verbose=False)
+    big = fonts.make_split(400, n_train=4500, seed=0, verbose=False)
+    # Pi trained beside the 500-example run saw only images that are training images of every bigger run ...
+    assert fonts.unseen_images_seen(small, 300, split) == 0 and fonts.unseen_images_seen(small, 300, big) == 0
+    # ... but the default run's Pi saw 2000 images that the 500-example run keeps for val and test.
+    assert fonts.unseen_images_seen(split, 300, small) == 2000
+    # Another split seed labels other fonts: the labeled fonts that were its unlabeled ones leak whole.
+    other = fonts.make_split(400, seed=1, verbose=False)
+    n_shared = len(set(other["unlabeled"][:300].tolist()) & set(split["labeled"].tolist()))
+    assert n_shared > 0 and fonts.unseen_images_seen(other, 300, split) >= n_shared * 62 - 2500
+    assert fonts.unseen_images_seen(other, 0, split) <= 2500
