@@ -9,8 +9,9 @@ frozen Pi, so the MLP may stay simple (blurry, gray) and Pi draws the clean stro
     python fonts.py train --method direct       # -> runs/fonts/direct.pt
     python fonts.py train --method composed     # -> runs/fonts/composed.pt  (through the frozen denoiser)
     python fonts.py evaluate                    # test MSE table + runs/fonts/samples.png (like Figure 5)
+    python fonts.py evaluate runs/fonts/sweep/*.pt --plot labeled.png      # Figure 6: MSE against the sweep
 
-Every training subcommand takes --preset cpu (default, ~30 min for the whole chain on 2 cores)
+Every training subcommand takes --preset cpu (default, ~45 min for the whole chain on 2 cores)
 or --preset paper (the paper's hyperparameters, for a GPU); explicit flags override the preset.
 """
 import glob
