@@ -565,8 +565,8 @@ def mean_std(xs):
 
 
 def t_interval(xs):
-    """Mean and 95% Student-t half-width over seeds (n = 3: t = 4.30)."""
-    t = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78}.get(len(xs), 2.0)
+    """Mean and 95% Student-t half-width over seeds (n = 3: t = 4.30; the normal's 1.96 past 10 seeds)."""
+    t = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36, 9: 2.31, 10: 2.26}.get(len(xs), 1.96)
     m, sd = mean_std(xs)
     return m, t * sd / math.sqrt(len(xs))
 
