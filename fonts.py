@@ -538,8 +538,9 @@ def evaluate_checkpoint(path, glyphs, names, test_pi):
     A composed model brings its own Pi; a direct one is denoised after training by `test_pi`."""
     ckpt, split, f, pi = load_for_eval(path, glyphs, names)
     test = labeled_examples(glyphs, split, "test")
-    d = ckpt["denoiser"] or (test_pi and test_pi[0])
-    pi = pi or (test_pi and test_pi[1])
+    d = ckpt["denoiser"]          # a composed model's own Pi ...
+    if d is None and test_pi:     # ... or, for a direct one, Pi applied after training
+        d, pi = test_pi
     row = dict(path=path, method=ckpt["method"], corruption=d["corruption"] if d else None,
                unlabeled=ckpt["denoiser"]["unlabeled_fonts"] if ckpt["denoiser"] else None,
                dropout=ckpt["config"]["dropout"], l2=ckpt["l2"], seed=ckpt["args"]["seed"],
@@ -572,7 +573,8 @@ def t_interval(xs):
 
 
 def print_seed_summary(rows):
-    """Mean ± std over seeds per setting, and composed - direct paired by seed (same training size)."""
+    """Mean ± std over seeds per setting (by training size, direct first), and composed - direct
+    paired by seed (same training size)."""
     groups = {}
     for r in rows:
         groups.setdefault(setting(r), {})[r["seed"]] = r
@@ -581,7 +583,7 @@ def print_seed_summary(rows):
     print("\n| method | denoiser | dropout | unlabeled fonts | train | seeds | test MSE (mean ± std) | "
           "Pi(f(x)) of direct | composed - direct, paired (95% t-interval) |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for key, g in groups.items():
+    for key, g in sorted(groups.items(), key=lambda kv: (kv[0][4], kv[0][0] != "direct", str(kv[0]))):
         method, corruption, dropout, unlabeled, n_train = key
         m, sd = mean_std([r["mse"] for r in g.values()])
         denoised = [r["pi_mse"] for r in g.values() if r["pi_mse"] is not None]
@@ -689,7 +691,7 @@ def line_plot(png, title, xlabel, xs, lines, size=(520, 360), margin=(70, 40, 20
         for (x, _, lo, hi), (px, py) in zip(pts, coords):
             draw.line([to_px(x, lo), to_px(x, hi)], fill=color, width=1)
             draw.ellipse([px - 3, py - 3, px + 3, py + 3], fill=color)
-        draw.text((left + 10, top + 8 + 16 * n), name, fill=color, font=font)
+        draw.text((left + w - 10, top + 8 + 16 * n), name, fill=color, font=font, anchor="ra")  # top right: sweeps fall
     os.makedirs(os.path.dirname(png) or ".", exist_ok=True)
     img.save(png)
 
