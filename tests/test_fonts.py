@@ -221,6 +221,16 @@ def test_seed_summary_pairs_composed_with_direct_by_seed(capsys):
     assert "| composed | blur | 0 | - | 2500 | 3 | 0.1900 ± 0.0173 | - | -0.0200 ± 0.0248 (3 seeds) |" in out
 
 
+def test_seed_summary_lists_a_sweep_by_training_size_direct_first(capsys):
+    # In glob order (composed_n4500, composed_n500, direct_n4500, direct_n500), 4500 would come before 500.
+    rows = [fake_row(m, s, 0.2, n_train=n) for m in ("composed", "direct") for n in (4500, 500) for s in (0, 1)]
+    fonts.print_seed_summary(rows)
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()
+            if line.startswith(("| direct", "| composed"))]
+    assert [(cells[0], cells[4]) for cells in rows] == [("| direct", "500"), ("| composed", "500"),
+                                                        ("| direct", "4500"), ("| composed", "4500")]
+
+
 def test_sweep_plot_draws_both_methods(tmp_path):
     rows = [fake_row(m, s, mse + 0.01 * s, n_train=n) for n, mse in ((500, 0.3), (2500, 0.2))
             for m in ("direct", "composed") for s in (0, 1)]
