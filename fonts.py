@@ -452,7 +452,7 @@ def cmd_denoiser(args):
 # ============================================================================
 
 def fit(args, n_fonts, data, pi, l2, device):
-    """Train one predictor with one L2 strength; returns (best val MSE, best weights)."""
+    """Train one predictor with one L2 strength; returns (best val MSE, its checkpoint fields)."""
     torch.manual_seed(args.seed)
     f = GlyphMLP(n_fonts, dropout=args.dropout).to(device)
     opt = adam(f.parameters(), args.lr)
@@ -482,7 +482,7 @@ def fit(args, n_fonts, data, pi, l2, device):
                      f"val MSE {val:.4f} (best {best:.4f})", epoch, args.epochs, t0)
         if bad_epochs >= args.patience:
             break
-    return best, best_state
+    return best, dict(config=f.config, state_dict=best_state)   # the model's own config: what rebuilds it
 
 
 def cmd_train(args):
@@ -505,16 +505,15 @@ def cmd_train(args):
     results = {}
     best = (math.inf, None, None)
     for l2 in args.l2:   # tune the L2 strength on the validation set
-        val, state = fit(args, len(split["labeled"]), data, pi, l2, device)
+        val, model = fit(args, len(split["labeled"]), data, pi, l2, device)
         results[l2] = val
         print(f"l2 {l2:g}: best val MSE {val:.4f}")
         if val < best[0]:
-            best = (val, l2, state)
-    val, l2, state = best
+            best = (val, l2, model)
+    val, l2, model = best
     print(f"chose l2 {l2:g} (val MSE {val:.4f})")
-    config = dict(n_fonts=len(split["labeled"]), dropout=args.dropout, bn_eps=BN_EPS)
-    common.save_checkpoint(args.out, dict(kind="predictor", method=args.method, config=config,
-                                          state_dict=state, denoiser=pi_ckpt, l2=l2, val_mse=val,
+    common.save_checkpoint(args.out, dict(kind="predictor", method=args.method, **model,
+                                          denoiser=pi_ckpt, l2=l2, val_mse=val,
                                           val_by_l2={str(k): v for k, v in results.items()}, split=split_args(args),
                                           labeled_names=[names[i] for i in split["labeled"]], args=vars(args)))
     print(f"wrote {args.out}")
