@@ -31,6 +31,7 @@ from common import UNet
 
 CHARS = string.digits + string.ascii_uppercase + string.ascii_lowercase   # the 62 classes
 SIZE = 32                       # images are SIZE x SIZE, uint8 on disk, [-1, 1] in the models
+DEFAULT_DENOISER = "runs/fonts/denoiser.pt"
 FONT_DIRS = ["/usr/share/fonts", "/usr/local/share/fonts", "~/.fonts", "~/.local/share/fonts",
              "/Library/Fonts", "/System/Library/Fonts", "~/Library/Fonts", "C:/Windows/Fonts"]
 # The paper's numbers (test MSE on the [-1, 1] scale), Section 6.3 and Appendix Table.
@@ -604,7 +605,9 @@ def cmd_evaluate(args):
     if not paths:
         raise common.UsageError(f"no predictor checkpoint in {args.runs}: run `python fonts.py train` first")
     test_pi = None
-    if args.denoiser != "none" and os.path.exists(args.denoiser):
+    if args.denoiser is None and os.path.exists(DEFAULT_DENOISER):  # given by name, it must exist
+        args.denoiser = DEFAULT_DENOISER
+    if args.denoiser not in (None, "none"):
         ckpt = load_checkpoint(args.denoiser, "denoiser")
         test_pi = (ckpt, build_denoiser(ckpt))
     print("| checkpoint | method | denoiser | unlabeled fonts | dropout | L2 | seed | train | test | "
@@ -778,12 +781,12 @@ def main(argv=None):
     p.add_argument("--width", type=int, help="U-Net channels at the first level")
     p.add_argument("--unet-dropout", type=float)
     p.add_argument("--log-every", type=int, default=100)
-    p.add_argument("--out", default="runs/fonts/denoiser.pt")
+    p.add_argument("--out", default=DEFAULT_DENOISER)
 
     p = sub.add_parser("train", help="train a direct or a composed predictor")
     common_args(p)
     p.add_argument("--method", required=True, help="direct or composed")
-    p.add_argument("--denoiser", default="runs/fonts/denoiser.pt")
+    p.add_argument("--denoiser", default=DEFAULT_DENOISER)
     p.add_argument("--l2", type=float, nargs="+", help="L2 strengths to try (tuned on validation)")
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--epochs", type=int)
@@ -796,8 +799,8 @@ def main(argv=None):
     p.add_argument("--data", default="data/fonts/glyphs.npz")
     p.add_argument("--runs", default="runs/fonts")
     p.add_argument("--png", default="runs/fonts/samples.png", help="Figure 5's grid (from runs/fonts alone)")
-    p.add_argument("--denoiser", default="runs/fonts/denoiser.pt",
-                   help="Pi applied after training to direct predictors' outputs ('none': skip)")
+    p.add_argument("--denoiser", help=f"Pi applied after training to direct predictors' outputs (default: "
+                   f"{DEFAULT_DENOISER} if it exists; 'none': skip)")
     p.add_argument("--plot", help="draw test MSE against the sweep's variable (Figure 6) into this PNG")
 
     args = parser.parse_args(argv)

@@ -187,6 +187,9 @@ def test_whole_chain_with_tiny_preset(tmp_path, aileron, capsys):
     assert direct[1:3] == ["direct", "blur"] and direct[9] != direct[10] and direct[11] == f"**{direct[9]}**"
     assert png.exists() and png.stat().st_size > 1000
     assert not list(runs.glob("*.tmp"))                          # checkpoints written atomically
+    with pytest.raises(SystemExit) as e:   # a Pi named but missing is an error, not a silent skip
+        fonts.main(["evaluate", "--data", data, "--runs", str(runs), "--denoiser", str(runs / "typo.pt")])
+    assert e.value.code == 2 and "typo.pt not found" in capsys.readouterr().err
 
 
 def test_bad_input_exits_with_code_2(tmp_path, capsys):
