@@ -605,8 +605,8 @@ def cmd_evaluate(args):
     if not paths:
         raise common.UsageError(f"no predictor checkpoint in {args.runs}: run `python fonts.py train` first")
     test_pi = None
-    if args.denoiser is None and os.path.exists(DEFAULT_DENOISER):  # given by name, it must exist
-        args.denoiser = DEFAULT_DENOISER
+    if args.denoiser is None and os.path.exists(DEFAULT_DENOISER):  # the default where it exists;
+        args.denoiser = DEFAULT_DENOISER                            # one given by name must exist
     if args.denoiser not in (None, "none"):
         ckpt = load_checkpoint(args.denoiser, "denoiser")
         test_pi = (ckpt, build_denoiser(ckpt))
