@@ -25,6 +25,9 @@ import json
 import os
 
 import common
+import finetune
+import judge
+import make_spoc
 
 # The paper's SansType numbers (compiled %, accuracy %) from Tables 1-4, all with the code-based
 # denoiser, keyed by (method, deep, test-time denoiser, split). deep: the 12-layer rows, which we
@@ -65,7 +68,7 @@ def paper_numbers(s: dict) -> tuple:
 
 def default_splits(data: str) -> str:
     """test,ood for SansType; SPoC's testw,testp, those of them make_spoc.py wrote."""
-    if not common.is_spoc(data):
+    if common.read_dataset(data) == "sanstype":
         return "test,ood"
     splits = [s for s in ("testw", "testp") if os.path.isfile(os.path.join(data, f"{s}.src"))]
     if not splits:
@@ -74,18 +77,22 @@ def default_splits(data: str) -> str:
 
 
 def load_judge(data: str, split: str):
-    """(how many programs the split has, a function from programs to their verdicts). A SPoC split
-    (make_spoc.py) has its problems' test cases beside it ({split}.cases.jsonl); a SansType split
-    has one stdin and gold output per program ({split}.inp, .out)."""
-    progress = f"{split} programs"
-    if os.path.isfile(os.path.join(data, f"{split}.cases.jsonl")):
-        cases = common.read_spoc_cases(data, split)
-        return len(cases), lambda programs: common.judge_spoc_programs(programs, cases, progress=progress)
+    """(how many programs the split has, a function from programs to their verdicts). A SPoC split has its
+    problems' test cases ({split}.cases.jsonl); a SansType split one stdin and gold output per program
+    ({split}.inp, .out)."""
+    if common.read_dataset(data) == "spoc":
+        cases = make_spoc.read_cases(data, split)
+        return len(cases), lambda programs: judge.judge_spoc_programs(programs, cases, progress=meter(split, cases))
     stdins = common.read_lines(os.path.join(data, f"{split}.inp"))
     expected = common.read_lines(os.path.join(data, f"{split}.out"))
     if len(stdins) != len(expected):
         raise common.UsageError(f"line counts differ: {len(stdins)} in {data}/{split}.inp, {len(expected)} in .out")
-    return len(stdins), lambda programs: common.judge_programs(programs, stdins, expected, progress=progress)
+    return len(stdins), lambda programs: judge.judge_programs(programs, stdins, expected,
+                                                              progress=meter(split, stdins))
+
+
+def meter(split: str, programs: list):
+    return common.Progress(len(programs), f"judging {split} programs").step
 
 
 def summarize(verdicts: list[dict]) -> dict:
@@ -117,7 +124,7 @@ def judge_predictions(args):
         denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
         denoiser.to(common.pick_device(args.device))
         programs = common.denoise(denoiser, common.load_tokenizer(spm), programs, args.batch_size,
-                                  common.error_detector(denoiser_checkpoint), beam=args.beam, progress=True)
+                                  make_spoc.error_detector(denoiser_checkpoint), progress=True)
     verdicts = judge(programs)
     rows = [{"line": i + 1, **({"prediction": p} if denoised else {}), **v} for i, (p, v) in enumerate(zip(programs,
                                                                                                           verdicts))]
@@ -146,28 +153,30 @@ def evaluate_model(args):
         denoiser_checkpoint = checkpoint["denoiser"]
         denoiser = common.model_from_checkpoint(denoiser_checkpoint)
     denoiser = denoiser.to(device) if denoiser else None
-    error_free = common.error_detector(denoiser_checkpoint) if denoiser else None  # SPoC's g
+    error_free = make_spoc.error_detector(denoiser_checkpoint) if denoiser else None  # SPoC's g
     method = checkpoint.get("method", "?")
     if method == "composed" and checkpoint.get("init_method") not in (None, "standard"):
         method += "+" + checkpoint["init_method"]
     layers = model.config.encoder_layers + model.config.decoder_layers
-    trained_with = argparse.Namespace(**checkpoint["args"])  # its preset on its data (SPoC's presets differ)
-    preset_layers = 2 * common.MODEL_PRESETS[common.preset_key(trained_with)]["encoder_layers"]
+    trained_with = checkpoint["args"]  # its preset's row: how many layers its size has (the 12-layer rows: twice)
+    row = finetune.PRESETS[common.read_dataset(args.data)][trained_with["preset"], method.split("+")[0]]
+    preset_layers = 2 * row[common.PRESET_COLUMNS.index("layers")]
+    print(TABLE_HEADER)
 
     for split in (args.splits or default_splits(args.data)).split(","):
         sources = common.read_lines(os.path.join(args.data, f"{split}.src"))
         _, judge = load_judge(args.data, split)
-        base = common.translate(model, tokenizer, sources, args.batch_size, beam=args.beam)
-        programs = common.denoise(denoiser, tokenizer, base, args.batch_size, error_free, beam=args.beam) \
+        base = common.translate(model, tokenizer, sources, args.batch_size, progress=True)
+        programs = common.denoise(denoiser, tokenizer, base, args.batch_size, error_free, progress=True) \
             if denoiser else base
         verdicts = judge(programs)
-        name = f"eval_{split}{'_denoised' if denoiser else ''}{'_random' if corruption == 'random' else ''}" \
-               f"{f'_beam{args.beam}' if args.beam > 1 else ''}"  # Table 5's denoiser gets files of its own
+        # Table 5's denoiser gets files of its own
+        name = f"eval_{split}{'_denoised' if denoiser else ''}{'_random' if corruption == 'random' else ''}"
         rows = [{"line": i + 1, "prediction": p, **({"base": b} if denoiser else {}), **v}
                 for i, (p, b, v) in enumerate(zip(programs, base, verdicts))]
         write_jsonl(os.path.join(os.path.dirname(args.model), name + ".jsonl"), rows)
         summary = dict(summarize(verdicts), method=method, layers=layers, deep=layers >= 2 * preset_layers,
-                       corruption=corruption, denoised=bool(denoiser), split=split, beam=args.beam,
+                       corruption=corruption, denoised=bool(denoiser), split=split,
                        model=args.model, denoiser=args.denoiser or ("(its own)" if denoiser else None))
         with open(os.path.join(os.path.dirname(args.model), name + ".json"), "w") as f:
             json.dump(summary, f, indent=1)
@@ -189,13 +198,15 @@ def table_row(s: dict, standard: dict | None) -> str:
     paper = paper_numbers(s)
     paper_standard = PAPER.get(("standard", False, False, s["split"]), (None, None))
     ours = relative(100 * s["accuracy"], standard and 100 * standard["accuracy"])
-    method = s["method"] + (f"+beam{s['beam']}" if s.get("beam", 1) > 1 else "")
+    method = s["method"]
     run = s.get("run") or os.path.basename(os.path.dirname(s["model"]))  # the folder it was found in, if any
     return (f"{run:<25} {method:<25} {s['corruption'] or '-':<6} {s['layers']:>6} {'Y' if s['denoised'] else 'N':>4} "
             f"{s['split']:<5} {100 * s['compiled']:8.1f} {100 * s['accuracy']:8.1f} {show(ours):>8}   "
             f"{show(paper[0])} {show(paper[1])} {show(relative(paper[1], paper_standard[1])):>8}")
 
 
+TABLE_HEADER = (f"{'run':<25} {'method':<25} {'Pi':<6} {'layers':>6} {'Pi?':>4} {'split':<5} {'compiled':>8} "
+                f"{'accuracy':>8} {'relative':>8}   paper: compiled accuracy relative")
 METHOD_ORDER = ("baseline", "standard", "composed", "bart", "composed+bart", "backtranslation",
                 "composed+backtranslation")
 
@@ -203,25 +214,29 @@ METHOD_ORDER = ("baseline", "standard", "composed", "bart", "composed+bart", "ba
 def print_table(args):
     """One row per eval_*.json found; Relative is the accuracy relative to our standard fine-tuning
     (code-based denoiser, no test-time denoiser, same split), as the paper's Table 2 computes it."""
-    summaries = []
+    summaries, unevaluated = [], []
     for folder in args.table:
-        for path in sorted(glob.glob(os.path.join(folder, "eval_*.json"))):
+        paths = sorted(glob.glob(os.path.join(folder, "eval_*.json")))
+        if not paths:
+            unevaluated.append(folder)
+        for path in paths:
             with open(path) as f:
                 summaries.append({**json.load(f), "run": os.path.basename(os.path.normpath(folder))})
     if not summaries:
         raise common.UsageError(f"no eval_*.json in {' '.join(args.table)}: run evaluate.py on a model first")
     standard = {}  # per split, the first standard run in the order of the folders given (a sweep may hold more)
     for s in summaries:
-        if (s["method"], s["deep"], s["denoised"], s.get("beam", 1)) == ("standard", False, False, 1) and \
+        if (s["method"], s["deep"], s["denoised"]) == ("standard", False, False) and \
                 s["corruption"] in ("code", "line"):  # SansType's denoiser, or SPoC's
             standard.setdefault(s["split"], s)
-    print(f"{'run':<25} {'method':<25} {'Pi':<6} {'layers':>6} {'Pi?':>4} {'split':<5} {'compiled':>8} {'accuracy':>8} "
-          f"{'relative':>8}   paper: compiled accuracy relative")
+    print(TABLE_HEADER)
     rank = lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)  # noqa: E731
     order = lambda s: (s["split"] != "test", s["split"], s["corruption"] == "random", rank(s["method"]), s["layers"],  # noqa: E731
-                       s["denoised"], s.get("beam", 1), s["model"])
+                       s["denoised"], s["model"])
     for s in sorted(summaries, key=order):
         print(table_row(s, standard.get(s["split"])))
+    if unevaluated:
+        print(f"not evaluated (no eval_*.json): {' '.join(unevaluated)}")
 
 
 def main(argv=None):
@@ -236,7 +251,6 @@ def main(argv=None):
     parser.add_argument("--split", default="test", help="with --predictions: the split they answer")
     parser.add_argument("--json", help="with --predictions: also write {n, compiled, accuracy} here")
     parser.add_argument("--data", default="data/sanstype")
-    parser.add_argument("--beam", type=int, default=1, help="beam size (the paper decodes greedily: 1)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device")
     args = parser.parse_args(argv)

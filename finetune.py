@@ -11,11 +11,11 @@
     python finetune.py --method standard --data data/spoc --denoiser runs/spoc/denoiser/model.pt \
         --out runs/spoc/standard                   # SPoC (make_spoc.py): its own presets (Appendix E)
 
-standard and bart start from the pre-trained denoiser (--denoiser, default runs/denoiser/model.pt) and
-take its architecture; baseline and backtranslation build fresh models of the preset's size; composed
-starts from --init and keeps the denoiser frozen (a copy goes into its checkpoint, so evaluate.py
-applies it without being told). Every method keeps the epoch with the lowest validation loss
-(composed: of the composition Pi(f(x)), as in the paper).
+Every run builds its model from its row of PRESETS (and flags) below. baseline and backtranslation start
+from random weights; standard and bart from the pre-trained denoiser's (--denoiser, default
+runs/denoiser/model.pt); composed from --init's, and keeps the denoiser frozen (a copy goes into its
+checkpoint, so evaluate.py applies it without being told). Every method keeps the epoch with the lowest
+validation loss (composed: of the composition Pi(f(x)), as in the paper).
 """
 import argparse
 import os
@@ -24,45 +24,92 @@ import sys
 import torch
 
 import common
+import make_spoc
 
 METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
-# Epoch budgets: the paper trains models from scratch for 500 epochs, fine-tunes for 300 (BART-style:
-# 200 with the decoder frozen, then 100 more) and trains composed models for 300. backtranslation
-# trains its code-to-pseudocode model for `baseline` epochs, its pseudocode-to-code model on labeled
-# plus synthetic pairs for `backtranslation` epochs, then fine-tunes that on the labeled pairs for
-# `standard` epochs. The cpu budgets stop well before convergence of the paper's: see the README.
-EPOCHS = {
-    "paper": dict(baseline=500, standard=300, bart=300, bart_frozen=200, composed=300, backtranslation=500),
-    "cpu": dict(baseline=60, standard=25, bart=25, bart_frozen=15, composed=6, backtranslation=12),
-    "smoke": dict(baseline=2, standard=2, bart=2, bart_frozen=1, composed=2, backtranslation=1),
-    # SPoC (Appendix E): 150 epochs (the smoothing schedule's 100 + 25 + 25), composed 20. cpu: sized for the
-    # full release's 11355 programs, 11 times SansType's labeled pairs, so that a run sees about as many.
-    "spoc-paper": dict(baseline=150, standard=150, bart=150, bart_frozen=100, composed=20, backtranslation=150),
-    "spoc-cpu": dict(baseline=6, standard=3, bart=4, bart_frozen=2, composed=1, backtranslation=2),
-}
-# paper: the authors' fairseq commands: ~16000 tokens (about 176 programs) an update, 2e-3 with an inverse-sqrt
-# schedule after a warm-up that differs by method (PAPER_WARMUPS), no early stop before the last epoch.
+# Every value a predictor trains with, one row per dataset, preset and method; a flag overrides its column.
+# paper: the authors' fairseq commands: ~16000 tokens (about 176 programs) an update, inverse-sqrt after a warm-up that
+#   depends on the start (from scratch 400 updates from 5e-4, from Pi 150 from 1e-4, composed 90), 500 epochs from
+#   scratch, 300 fine-tuning (BART-style: 200 with only the encoder and embeddings training, then 100), composed at a
+#   tenth of the rate (f starts from a fine-tuned model, and the REINFORCE gradient is noisy).
+# cpu: smaller models and budgets that end long before the paper's, so each run anneals linearly to 0 by its last
+#   epoch: at a constant rate, 4 more epochs of the same standard model moved its test accuracy by 13 points.
+# spoc paper: Appendix E: 5+5 layers, 8 heads, dropout 0.4, FLoRes's recipe (1e-3 after 4000 updates from 1e-7,
+#   ~16000 tokens, about 90 programs, an update), 150 epochs with label smoothing 0.2 -> 0.1 -> 0.05, composed 20
+#   epochs at 0.05. spoc cpu: sized for the full release's 11355 programs, 11 times SansType's labeled pairs.
+# backtranslation trains a code-to-pseudocode model (reverse epochs), then a model on labeled + synthetic pairs
+#   (epochs), then fine-tunes that on the labeled pairs alone (labeled epochs).
 PRESETS = {
-    "paper": dict(batch_size=176, lr=2e-3, patience=500, synthetic_programs=0, lr_schedule="inverse-sqrt"),
-    # The cpu budgets end long before the paper's, so each run anneals to 0 by its last epoch: at a
-    # constant rate, 4 more epochs of the same standard model moved its test accuracy by 13 points (README).
-    "cpu": dict(batch_size=32, lr=1e-3, warmup_steps=300, patience=8, synthetic_programs=4000,
-                lr_schedule="linear"),
-    "smoke": dict(batch_size=8, lr=1e-3, warmup_steps=5, patience=2, synthetic_programs=16, lr_schedule="linear"),
-    # SPoC: FLoRes's recipe, as Appendix E says: 1e-3 after 4000 updates from 1e-7, inverse-sqrt, ~16000 tokens an
-    # update (about 90 programs), label smoothing 0.2 -> 0.1 -> 0.05 (composed: 0.05, the schedule's last).
-    "spoc-paper": dict(batch_size=90, lr=1e-3, warmup_steps=4000, warmup_start_lr=1e-7, patience=150,
-                       synthetic_programs=0, lr_schedule="inverse-sqrt",
-                       label_smoothing_schedule="0.2:100,0.1:25,0.05"),
-    "spoc-cpu": dict(batch_size=32, lr=1e-3, warmup_steps=300, patience=3, synthetic_programs=4000,
-                     lr_schedule="linear"),
+    # d_model, heads, layers (each side), d_ff, dropout, attention dropout, activation dropout, batch (programs),
+    # lr, schedule, warm-up updates, warm-up's first lr;
+    # epochs, patience, label smoothing (VALUE:EPOCHS,...), bart: frozen epochs, backtranslation: reverse epochs,
+    # labeled epochs, unlabeled programs given synthetic pseudocode (0: all)
+    "sanstype": {
+        ("paper", "baseline"):        (256, 2, 3, 1024, 0.1, 0.2, 0.2, 176, 2e-3, "inverse-sqrt", 400, 5e-4,
+                                       500, 500, "0", None, None, None,  None),
+        ("paper", "standard"):        (256, 2, 3, 1024, 0.1, 0.2, 0.2, 176, 2e-3, "inverse-sqrt", 150, 1e-4,
+                                       300, 500, "0", None, None, None,  None),
+        ("paper", "bart"):            (256, 2, 3, 1024, 0.1, 0.2, 0.2, 176, 2e-3, "inverse-sqrt", 150, 1e-4,
+                                       300, 500, "0",  200, None, None,  None),
+        ("paper", "composed"):        (256, 2, 3, 1024, 0.1, 0.2, 0.2, 176, 2e-4, "inverse-sqrt",  90,  0.0,
+                                       300, 500, "0", None, None, None,  None),
+        ("paper", "backtranslation"): (256, 2, 3, 1024, 0.1, 0.2, 0.2, 176, 2e-3, "inverse-sqrt", 400, 5e-4,
+                                       500, 500, "0", None,  500,  300,     0),
+        ("cpu", "baseline"):          (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-3, "linear",       300,  0.0,
+                                        60,   8, "0", None, None, None,  None),
+        ("cpu", "standard"):          (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-3, "linear",       300,  0.0,
+                                        25,   8, "0", None, None, None,  None),
+        ("cpu", "bart"):              (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-3, "linear",       300,  0.0,
+                                        25,   8, "0",   15, None, None,  None),
+        ("cpu", "composed"):          (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-4, "linear",       300,  0.0,
+                                         6,   8, "0", None, None, None,  None),
+        ("cpu", "backtranslation"):   (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-3, "linear",       300,  0.0,
+                                        12,   8, "0", None,   60,   25,  4000),
+        ("smoke", "baseline"):        ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-3, "linear",         5,  0.0,
+                                         2,   2, "0", None, None, None,  None),
+        ("smoke", "standard"):        ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-3, "linear",         5,  0.0,
+                                         2,   2, "0", None, None, None,  None),
+        ("smoke", "bart"):            ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-3, "linear",         5,  0.0,
+                                         2,   2, "0",    1, None, None,  None),
+        ("smoke", "composed"):        ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-4, "linear",         5,  0.0,
+                                         2,   2, "0", None, None, None,  None),
+        ("smoke", "backtranslation"): ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-3, "linear",         5,  0.0,
+                                         1,   2, "0", None,    2,    2,    16),
+    },
+    "spoc": {
+        ("paper", "baseline"):        (256, 8, 5, 1024, 0.4, 0.2, 0.2, 90, 1e-3, "inverse-sqrt", 4000, 1e-7,
+                                       150, 150, "0.2:100,0.1:25,0.05", None, None, None,  None),
+        ("paper", "standard"):        (256, 8, 5, 1024, 0.4, 0.2, 0.2, 90, 1e-3, "inverse-sqrt", 4000, 1e-7,
+                                       150, 150, "0.2:100,0.1:25,0.05", None, None, None,  None),
+        ("paper", "bart"):            (256, 8, 5, 1024, 0.4, 0.2, 0.2, 90, 1e-3, "inverse-sqrt", 4000, 1e-7,
+                                       150, 150, "0.2:100,0.1:25,0.05",  100, None, None,  None),
+        ("paper", "composed"):        (256, 8, 5, 1024, 0.4, 0.2, 0.2, 90, 1e-4, "inverse-sqrt", 4000, 1e-7,
+                                        20, 150, "0.05",                None, None, None,  None),
+        ("paper", "backtranslation"): (256, 8, 5, 1024, 0.4, 0.2, 0.2, 90, 1e-3, "inverse-sqrt", 4000, 1e-7,
+                                       150, 150, "0.2:100,0.1:25,0.05", None,  150,  150,     0),
+        ("cpu", "baseline"):          (128, 4, 2,  512, 0.1, 0.0, 0.0, 32, 1e-3, "linear",        300,  0.0,
+                                         6,   3, "0",                   None, None, None,  None),
+        ("cpu", "standard"):          (128, 4, 2,  512, 0.1, 0.0, 0.0, 32, 1e-3, "linear",        300,  0.0,
+                                         3,   3, "0",                   None, None, None,  None),
+        ("cpu", "bart"):              (128, 4, 2,  512, 0.1, 0.0, 0.0, 32, 1e-3, "linear",        300,  0.0,
+                                         4,   3, "0",                      2, None, None,  None),
+        ("cpu", "composed"):          (128, 4, 2,  512, 0.1, 0.0, 0.0, 32, 1e-4, "linear",        300,  0.0,
+                                         1,   3, "0",                   None, None, None,  None),
+        ("cpu", "backtranslation"):   (128, 4, 2,  512, 0.1, 0.0, 0.0, 32, 1e-3, "linear",        300,  0.0,
+                                         2,   3, "0",                   None,    6,    3,  4000),
+        ("smoke", "baseline"):        ( 32, 2, 1,   64, 0.1, 0.2, 0.2,  8, 1e-3, "linear",          5,  0.0,
+                                         2,   2, "0",                   None, None, None,  None),
+        ("smoke", "standard"):        ( 32, 2, 1,   64, 0.1, 0.2, 0.2,  8, 1e-3, "linear",          5,  0.0,
+                                         2,   2, "0",                   None, None, None,  None),
+        ("smoke", "bart"):            ( 32, 2, 1,   64, 0.1, 0.2, 0.2,  8, 1e-3, "linear",          5,  0.0,
+                                         2,   2, "0",                      1, None, None,  None),
+        ("smoke", "composed"):        ( 32, 2, 1,   64, 0.1, 0.2, 0.2,  8, 1e-4, "linear",          5,  0.0,
+                                         2,   2, "0",                   None, None, None,  None),
+        ("smoke", "backtranslation"): ( 32, 2, 1,   64, 0.1, 0.2, 0.2,  8, 1e-3, "linear",          5,  0.0,
+                                         1,   2, "0",                   None,    2,    2,    16),
+    },
 }
-# (updates, the rate they start from): from scratch, fine-tuning from Pi, and composed, as the authors ran them.
-PAPER_WARMUPS = {"baseline": (400, 5e-4), "backtranslation": (400, 5e-4), "standard": (150, 1e-4),
-                 "bart": (150, 1e-4), "composed": (90, 0.0)}
-# Composed fine-tuning trains f at a tenth of standard fine-tuning's rate (the authors: 2e-4 against 2e-3):
-# f starts from a fine-tuned model, and the REINFORCE term's gradient is noisy.
-COMPOSED_LR_FACTOR = 0.1
+COLUMNS = (*common.PRESET_COLUMNS, "frozen_epochs", "reverse_epochs", "labeled_epochs", "synthetic_programs")
 
 
 def parse_args(argv=None):
@@ -73,12 +120,12 @@ def parse_args(argv=None):
     parser.add_argument("--denoiser", default="runs/denoiser/model.pt",
                         help="pre-trained denoiser (standard, bart: the init; composed: the frozen Pi)")
     parser.add_argument("--out", help="output folder (default runs/<method>)")
-    parser.add_argument("--frozen-epochs", type=int, help="bart: epochs with the decoder frozen")
+    parser.add_argument("--frozen-epochs", type=int, help="bart: epochs with only the encoder training")
     composed = parser.add_argument_group("composed fine-tuning (Eq. 1, Appendix D)")
     composed.add_argument("--init", default="runs/standard/model.pt", help="the base predictor's initialisation")
     # One sample with the batch baseline for 6 cpu epochs validated level with two samples and leave-one-out for 4
-    # (3 seeds each, the same compute; README), and its step costs 3x a standard one instead of 5x. The paper's
-    # estimator (1 sample, none) diverged.
+    # (3 seeds each, the same compute; EXPERIMENTS.md), and its step costs 3x a standard one instead of 5x. The
+    # paper's estimator (1 sample, none) diverged.
     composed.add_argument("--samples", type=int, default=1, help="outputs sampled per input for REINFORCE")
     composed.add_argument("--reinforce-baseline", choices=("batch", "leave-one-out", "none"), default="batch",
                           help="subtract the mean reward of the batch's other inputs (batch) or of the input's other "
@@ -93,9 +140,7 @@ def parse_args(argv=None):
                         help="backtranslation: unlabeled programs to write pseudocode for (0: all)")
     common.add_training_args(parser)
     args = parser.parse_args(argv)
-    epochs = EPOCHS[common.preset_key(args)]
-    args.epochs = args.epochs or epochs[args.method]
-    args.frozen_epochs = args.frozen_epochs if args.frozen_epochs is not None else epochs["bart_frozen"]
+    common.apply_preset(parser, args, COLUMNS, lambda dataset: PRESETS[dataset][args.preset, args.method])
     args.out = args.out or os.path.join("runs", args.method)
     if args.method == "bart" and not 0 <= args.frozen_epochs < args.epochs:
         parser.error(f"bart: --frozen-epochs ({args.frozen_epochs}) must be below --epochs ({args.epochs})")
@@ -103,13 +148,9 @@ def parse_args(argv=None):
         parser.error("--samples and --labeled must be at least 1")
     if args.reinforce_baseline == "leave-one-out" and args.samples < 2:
         parser.error("--reinforce-baseline leave-one-out needs --samples 2 or more (with 1 sample: batch or none)")
-    presets = {name: dict(preset) for name, preset in PRESETS.items()}
-    presets["paper"]["warmup_steps"], presets["paper"]["warmup_start_lr"] = PAPER_WARMUPS[args.method]
-    if args.method == "composed":
-        for preset in presets.values():
-            preset["lr"] *= COMPOSED_LR_FACTOR
-        presets["spoc-paper"]["label_smoothing_schedule"] = "0.05"
-    return common.resolve_preset(args, presets)
+    if args.method == "backtranslation" and args.synthetic_programs < 0:
+        parser.error("--synthetic-programs must not be negative (0: all)")
+    return args
 
 
 def main(argv=None):
@@ -140,25 +181,27 @@ def finetune(args):
     spm = common.read_tokenizer_bytes(args.data)
     tokenizer = common.load_tokenizer(spm)
     train_pairs, val_pairs = load_pairs(args.data, "train", tokenizer), load_pairs(args.data, "val", tokenizer)
+    if args.labeled and args.labeled > len(train_pairs):
+        raise common.UsageError(f"--labeled {args.labeled}: {args.data} has only {len(train_pairs)} labeled pairs")
     train_pairs = train_pairs[:args.labeled] if args.labeled else train_pairs
     extra = {"spm": spm, "role": "predictor", "method": args.method}
-    fit = dict(loss_fn=common.sequence_loss_of_batch, validate=None)
+    fit = {}  # composed: its own loss and early-stopping criterion
 
+    # Built from this run's row and flags; standard, bart and composed then take the weights they start from.
+    config = common.config_from_args(args, tokenizer.get_piece_size())
     if args.method in ("baseline", "backtranslation"):
-        model = common.Transformer(common.config_from_args(args, tokenizer.get_piece_size()))
+        model = common.Transformer(config)
     elif args.method == "composed":
-        model, init = common.load_model(args.init, spm, args.data)
+        model, init = common.load_model(args.init, spm, args.data, config)
         denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
-        g = common.error_detector(denoiser_checkpoint)  # SPoC's Pi leaves what compiles alone
-        error_free = (lambda outputs: g(tokenizer.decode(outputs))) if g else None  # on token ids
-        fit.update(freeze_and_compose(model, denoiser, val_pairs, args, error_free))
+        fit.update(freeze_and_compose(model, denoiser, denoiser_checkpoint, tokenizer, val_pairs, args))
         extra.update(init_method=init.get("method"), denoiser_corruption=denoiser_checkpoint.get("corruption"),
                      denoiser={key: denoiser_checkpoint.get(key) for key in ("config", "model", "error_detector")})
     else:
-        model, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
+        model, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, config)
         extra.update(denoiser_corruption=denoiser_checkpoint.get("corruption"))
     print(f"{args.method}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
-          f"{len(train_pairs)} labeled pairs, preset {common.preset_key(args)}", file=sys.stderr)
+          f"{len(train_pairs)} labeled pairs, {args.dataset} preset {args.preset}", file=sys.stderr)
 
     if args.method == "backtranslation":
         state = backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra)
@@ -175,22 +218,28 @@ def finetune(args):
           f"{os.path.join(args.out, 'model.pt')}")
 
 
-def freeze_and_compose(model, denoiser, val_pairs, args, error_free=None) -> dict:
-    """The frozen denoiser Pi (with its error detector g on SPoC: error_free) and composed fine-tuning's
-    loss and early-stopping criterion."""
+def freeze_and_compose(model, denoiser, denoiser_checkpoint, tokenizer, val_pairs, args) -> dict:
+    """Composed fine-tuning's loss and early-stopping criterion around the frozen denoiser Pi."""
     device = common.pick_device(args.device)
     denoiser.to(device).eval()  # eval: no dropout; Pi is a fixed function of its input
     denoiser.requires_grad_(False)
+    reward = common.denoiser_reward(denoiser, args.gamma if args.clamp == "reward" else None)
+    sample_log_prob = common.output_log_probs if args.clamp == "reward" else common.clamped_sample_log_probs(args.gamma)
+    pi_loss = common.denoiser_loss(denoiser, args.batch_size, device)
+    g = make_spoc.error_detector(denoiser_checkpoint)
+    if g:  # SPoC's Pi leaves what compiles as it is (Appendix E)
+        error_free = lambda outputs: g(tokenizer.decode(outputs))  # noqa: E731 (on token ids)
+        reward = make_spoc.reward_with_error_detector(reward, error_free, args.gamma)
+        pi_loss = make_spoc.denoiser_loss_with_error_detector(pi_loss, error_free, args.gamma)
 
     def loss_fn(model, src, tgt_in, tgt_out, args):
-        return common.composed_loss(
-            model, denoiser, src, tgt_in, tgt_out, samples=args.samples,
-            baseline=args.reinforce_baseline, gamma=args.gamma, clamp=args.clamp,
-            composed_weight=args.composed_weight, lam=args.lam, label_smoothing=args.label_smoothing,
-            error_free=error_free)
+        return common.composed_loss(model, reward, src, tgt_in, tgt_out, samples=args.samples,
+                                    baseline=args.reinforce_baseline, composed_weight=args.composed_weight,
+                                    lam=args.lam, label_smoothing=args.label_smoothing,
+                                    sample_log_prob=sample_log_prob)
 
     return dict(loss_fn=loss_fn, validate=lambda model: common.composed_validation_loss(
-        model, denoiser, val_pairs, args.batch_size, device, error_free, args.gamma))
+        model, pi_loss, val_pairs, args.batch_size, device))
 
 
 def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict:
@@ -200,7 +249,6 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
       2. it writes pseudocode for unlabeled programs (synthetic.src / synthetic.tgt);
       3. mixed/: the pseudocode-to-code model learns from labeled + synthetic pairs, from scratch,
          and is then fine-tuned on the labeled pairs only (--out/model.pt)."""
-    epochs = EPOCHS[common.preset_key(args)]  # --epochs sets the mixed stage; the others take the preset's budgets
     reverse_dir, mixed_dir = os.path.join(args.out, "reverse"), os.path.join(args.out, "mixed")
     swap = lambda pairs: [(y, x) for x, y in pairs]  # noqa: E731
     unlabeled = os.path.join(args.data, "unlabeled.tgt")
@@ -210,7 +258,7 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
 
     print("backtranslation 1/3: code -> pseudocode on the labeled pairs", file=sys.stderr)
     reverse = common.Transformer(model.config)
-    common.fit(reverse, lambda epoch: swap(train_pairs), swap(val_pairs), with_epochs(args, epochs["baseline"]),
+    common.fit(reverse, lambda epoch: swap(train_pairs), swap(val_pairs), with_epochs(args, args.reverse_epochs),
                reverse_dir, {**extra, "method": "backtranslation-reverse"})
     reverse.load_state_dict(common.load_checkpoint(os.path.join(reverse_dir, "model.pt"))["model"])
 
@@ -230,8 +278,8 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
     common.fit(model, lambda epoch: train_pairs + synthetic, val_pairs, with_epochs(args, args.epochs),
                mixed_dir, {**extra, "method": "backtranslation-mixed"})
     model.load_state_dict(common.load_checkpoint(os.path.join(mixed_dir, "model.pt"))["model"])
-    labeled_only = with_epochs(args, epochs["standard"])
-    return common.fit(model, lambda epoch: train_pairs, val_pairs, labeled_only, args.out, extra)
+    return common.fit(model, lambda epoch: train_pairs, val_pairs, with_epochs(args, args.labeled_epochs), args.out,
+                      extra)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,13 @@ frozen Pi, so the MLP may stay simple (blurry, gray) and Pi draws the clean stro
     python fonts.py evaluate                    # test MSE table + runs/fonts/samples.png (like Figure 5)
     python fonts.py evaluate runs/fonts/sweep/*.pt --plot labeled.png      # Figure 6: MSE against the sweep
 
-Every training subcommand takes --preset cpu (default, ~45 min for the whole chain on 2 cores)
-or --preset paper (the paper's hyperparameters, for a GPU); explicit flags override the preset.
+Every training subcommand takes --preset cpu (default, ~45 min for the whole chain on 2 cores), paper
+(the paper's hyperparameters, for a GPU) or smoke (for the tests); explicit flags override the preset.
 """
 import glob
 import math
 import os
 import string
-import time
 
 import numpy as np
 import torch
@@ -42,13 +41,13 @@ PRESETS = {   # flags left unset take their value from the preset
     "denoiser": {   # cpu: the validation MSE stops falling after ~1000 steps (README, learning curves)
         "cpu":   dict(width=32, unet_dropout=0.0, steps=1200, batch_size=128, lr=2e-3),
         "paper": dict(width=64, unet_dropout=0.5, steps=27000, batch_size=256, lr=2e-4),  # 2 epochs, ~3.5M glyphs
-        "tiny":  dict(width=4, unet_dropout=0.0, steps=3, batch_size=8, lr=1e-3),
+        "smoke": dict(width=4, unet_dropout=0.0, steps=3, batch_size=8, lr=1e-3),
     },
     "train": {
         "cpu":   dict(epochs=80, patience=20, batch_size=64, lr=1e-3, l2=[0, 1e-6, 1e-5, 1e-4]),
         "paper": dict(epochs=1000, patience=1000, batch_size=256, lr=2e-4,
                       l2=[0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6]),
-        "tiny":  dict(epochs=2, patience=2, batch_size=64, lr=1e-3, l2=[0, 1e-4]),
+        "smoke": dict(epochs=2, patience=2, batch_size=64, lr=1e-3, l2=[0, 1e-4]),
     },
 }
 
@@ -146,9 +145,9 @@ def cmd_render(args):
         raise common.UsageError(f"no .ttf/.otf/.ttc font files found in {dirs}")
     glyphs, names, skipped = [], [], {}
     dedup = DuplicateFilter(args.duplicate_mse)
-    t0 = time.time()
+    log = common.Progress(len(paths), "font files")
     n_faces = 0
-    for i, path in enumerate(paths):
+    for path in paths:
         try:
             faces = list(open_faces(path, args.render_size))
         except Exception:
@@ -166,8 +165,7 @@ def cmd_render(args):
                 continue
             glyphs.append(g)
             names.append(f"{font_name(font)} ({os.path.basename(path)})")
-        if (i + 1) % 100 == 0 or i + 1 == len(paths):
-            progress(f"render {i + 1}/{len(paths)} files, {len(names)} fonts kept", i + 1, len(paths), t0)
+        log.step(extra=f"{len(names)} fonts kept")
     print(f"found {len(paths)} font files, {n_faces} faces; kept {len(names)} fonts")
     for why, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         print(f"  skipped {n:5d}: {why}")
@@ -201,7 +199,7 @@ def make_split(n_fonts, labeled_fonts=100, n_train=2500, n_val=100, seed=0, verb
         labeled_fonts = shrunk
     n_pairs = labeled_fonts * len(CHARS)
     if n_train + n_val >= n_pairs:
-        raise common.UsageError(f"--n-train {n_train} + {n_val} val leaves no test example out of {n_pairs}")
+        raise common.UsageError(f"{n_train} train + {n_val} val of {n_pairs} pairs leave none to test: lower --n-train")
     rng = np.random.default_rng(seed)
     fonts = rng.permutation(n_fonts)
     pairs = rng.permutation(n_pairs)
@@ -312,7 +310,7 @@ def predict(f, pi, fonts, chars):
     return out if pi is None else pi(out)
 
 
-def composed_loss(f, pi, fonts, chars, targets):
+def composed_image_loss(f, pi, fonts, chars, targets):
     """Eq. 1 of the paper with lambda = 0: minimise ||Pi(f(x)) - y||^2 with Pi frozen.
     Images are continuous, so the gradient flows through Pi by plain backprop (no REINFORCE)."""
     return F.mse_loss(pi(f(fonts, chars)), targets)
@@ -348,29 +346,16 @@ def batched_mse(f, pi, fonts, chars, targets, batch=512):
 
 
 # ============================================================================
-# Plumbing: presets, device, progress, checkpoints
+# Plumbing: checkpoints
 # ============================================================================
 
-def apply_preset(args, table):
-    for key, value in table[args.preset].items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-
-
-def progress(msg, done, total, t0):
-    eta = (time.time() - t0) / max(done, 1) * (total - done)
-    print(f"{msg} | {time.time() - t0:.0f}s elapsed, ETA {eta:.0f}s", flush=True)
-
-
-def load_checkpoint(path, kind=None):
-    if not os.path.exists(path):
-        raise common.UsageError(f"{path} not found")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        assert isinstance(ckpt, dict) and ckpt.get("kind") in ("denoiser", "predictor")
-    except Exception:
-        raise common.UsageError(f"{path} is not a fonts.py checkpoint")
-    if kind and ckpt["kind"] != kind:
+def load_fonts_checkpoint(path, kind):
+    """common.load_checkpoint of a "denoiser" or a "predictor"; a missing one names the command that writes it."""
+    if not os.path.isfile(path):
+        command = "denoiser" if kind == "denoiser" else "train --method direct|composed"
+        raise common.UsageError(f"{path} not found: run `python fonts.py {command} --out {path}` first")
+    ckpt = common.load_checkpoint(path, needs=("kind", "config", "state_dict"))
+    if ckpt["kind"] != kind:
         raise common.UsageError(f"{path} is a {ckpt['kind']} checkpoint, expected a {kind}")
     return ckpt
 
@@ -407,7 +392,6 @@ def denoised_mse(pi, corrupted, clean):
 
 
 def cmd_denoiser(args):
-    apply_preset(args, PRESETS["denoiser"])
     device = common.pick_device(args.device)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -427,7 +411,7 @@ def cmd_denoiser(args):
 
     pi = UNet(width=args.width, dropout=args.unet_dropout).to(device)
     opt = adam(pi.parameters(), args.lr)
-    t0 = time.time()
+    log = common.Progress(args.steps, "denoiser steps", every_seconds=0)   # a line every --log-every steps
     for step in range(1, args.steps + 1):
         batch = clean[rng.integers(len(clean), size=args.batch_size)]
         x = to_float(corrupt_batch(batch, args.corruption, rng)).to(device)
@@ -438,8 +422,7 @@ def cmd_denoiser(args):
         loss.backward()
         opt.step()
         if step % args.log_every == 0 or step == args.steps:   # the learning curve: val MSE against steps
-            progress(f"step {step}/{args.steps} loss {loss.item():.4f} val MSE {denoised_mse(pi, val_in, val_out):.4f}",
-                     step, args.steps, t0)
+            log.step(step - log.done, f"loss {loss.item():.4f}, val MSE {denoised_mse(pi, val_in, val_out):.4f}")
     val_mse = denoised_mse(pi, val_in, val_out)
     print(f"val: corrupted MSE {F.mse_loss(val_in, val_out).item():.4f} -> denoised MSE {val_mse:.4f}")
     common.save_checkpoint(args.out, dict(kind="denoiser", config=pi.config, state_dict=pi.cpu().state_dict(),
@@ -452,23 +435,21 @@ def cmd_denoiser(args):
 # Training a direct or a composed predictor
 # ============================================================================
 
-def fit(args, n_fonts, data, pi, l2, device):
+def train_predictor(args, n_fonts, data, pi, l2, device):
     """Train one predictor with one L2 strength; returns (best val MSE, its checkpoint fields)."""
     torch.manual_seed(args.seed)
     f = GlyphMLP(n_fonts, dropout=args.dropout).to(device)
     opt = adam(f.parameters(), args.lr)
     fonts, chars, targets = data["train"]
     best, best_state, bad_epochs = math.inf, None, 0
-    t0 = time.time()
+    log = common.Progress(args.epochs, f"  l2 {l2:g} epochs", every_seconds=0)   # a line every --log-every epochs
     for epoch in range(1, args.epochs + 1):
         f.train()
         # Drop the ragged last batch: a handful of examples would throw batch norm's statistics.
         n_full = len(targets) // args.batch_size * args.batch_size or len(targets)
         for idx in torch.randperm(len(targets), device=device)[:n_full].split(args.batch_size):
-            if pi is None:
-                loss = direct_loss(f, fonts[idx], chars[idx], targets[idx])
-            else:
-                loss = composed_loss(f, pi, fonts[idx], chars[idx], targets[idx])
+            loss = (direct_loss(f, fonts[idx], chars[idx], targets[idx]) if pi is None
+                    else composed_image_loss(f, pi, fonts[idx], chars[idx], targets[idx]))
             opt.zero_grad(set_to_none=True)
             (loss + l2 * l2_penalty(f)).backward()
             opt.step()
@@ -479,22 +460,20 @@ def fit(args, n_fonts, data, pi, l2, device):
         else:
             bad_epochs += 1
         if epoch % args.log_every == 0 or epoch == args.epochs or bad_epochs >= args.patience:
-            progress(f"  l2 {l2:g} epoch {epoch}/{args.epochs} train loss {loss.item():.4f} "
-                     f"val MSE {val:.4f} (best {best:.4f})", epoch, args.epochs, t0)
+            log.step(epoch - log.done, f"train loss {loss.item():.4f}, val MSE {val:.4f} (best {best:.4f})")
         if bad_epochs >= args.patience:
             break
     return best, dict(config=f.config, state_dict=best_state)   # the model's own config: what rebuilds it
 
 
 def cmd_train(args):
-    apply_preset(args, PRESETS["train"])
     device = common.pick_device(args.device)
     glyphs, names = load_glyphs(args.data)
     split = make_split(len(glyphs), **split_args(args))
     data = {part: tuple(t.to(device) for t in labeled_examples(glyphs, split, part)) for part in ("train", "val")}
     pi, pi_ckpt = None, None
     if args.method == "composed":
-        pi_ckpt = load_checkpoint(args.denoiser, "denoiser")
+        pi_ckpt = load_fonts_checkpoint(args.denoiser, "denoiser")
         seen = unseen_images_seen(make_split(len(glyphs), **pi_ckpt["split"], verbose=False),
                                   pi_ckpt["unlabeled_fonts"], split)
         if seen:
@@ -506,7 +485,7 @@ def cmd_train(args):
     results = {}
     best = (math.inf, None, None)
     for l2 in args.l2:   # tune the L2 strength on the validation set
-        val, model = fit(args, len(split["labeled"]), data, pi, l2, device)
+        val, model = train_predictor(args, len(split["labeled"]), data, pi, l2, device)
         results[l2] = val
         print(f"l2 {l2:g}: best val MSE {val:.4f}")
         if val < best[0]:
@@ -525,7 +504,7 @@ def cmd_train(args):
 # ============================================================================
 
 def load_for_eval(path, glyphs, names):
-    ckpt = load_checkpoint(path, "predictor")
+    ckpt = load_fonts_checkpoint(path, "predictor")
     split = make_split(len(glyphs), **ckpt["split"], verbose=False)
     if [names[i] for i in split["labeled"]] != ckpt["labeled_names"]:
         raise common.UsageError(f"{path} was trained on other fonts than those in the glyphs file")
@@ -599,16 +578,21 @@ def print_seed_summary(rows):
 
 
 def cmd_evaluate(args):
+    args.runs = args.runs or "runs/fonts"
+    direct, composed = (os.path.join(args.runs, m + ".pt") for m in ("direct", "composed"))
+    samples = not args.checkpoints and os.path.exists(direct) and os.path.exists(composed)
+    if args.png and not samples:
+        raise common.UsageError(f"--png draws {direct} and {composed}: train both first")
     glyphs, names = load_glyphs(args.data)
     paths = args.checkpoints or sorted(p for p in glob.glob(os.path.join(args.runs, "*.pt"))
-                                       if load_checkpoint(p)["kind"] == "predictor")
+                                       if common.load_checkpoint(p, needs=("kind",))["kind"] == "predictor")
     if not paths:
         raise common.UsageError(f"no predictor checkpoint in {args.runs}: run `python fonts.py train` first")
     test_pi = None
     if args.denoiser is None and os.path.exists(DEFAULT_DENOISER):  # the default where it exists;
         args.denoiser = DEFAULT_DENOISER                            # one given by name must exist
     if args.denoiser not in (None, "none"):
-        ckpt = load_checkpoint(args.denoiser, "denoiser")
+        ckpt = load_fonts_checkpoint(args.denoiser, "denoiser")
         test_pi = (ckpt, build_denoiser(ckpt))
     print("| checkpoint | method | denoiser | unlabeled fonts | dropout | L2 | seed | train | test | "
           "f(x) MSE | Pi(f(x)) MSE | test MSE | paper |")
@@ -625,9 +609,8 @@ def cmd_evaluate(args):
     print_seed_summary(rows)
     if args.plot:
         plot_sweep(rows, args.plot)
-    direct, composed = (os.path.join(args.runs, m + ".pt") for m in ("direct", "composed"))
-    if not args.checkpoints and os.path.exists(direct) and os.path.exists(composed):
-        save_samples(glyphs, names, direct, composed, args.png, 0)
+    if samples:
+        save_samples(glyphs, names, direct, composed, args.png or "runs/fonts/samples.png", 0)
 
 
 # ============================================================================
@@ -763,7 +746,7 @@ def main(argv=None):
 
     def common_args(p):
         p.add_argument("--data", default="data/fonts/glyphs.npz")
-        p.add_argument("--preset", choices=["cpu", "paper", "tiny"], default="cpu")
+        p.add_argument("--preset", choices=["cpu", "paper", "smoke"], default="cpu")
         p.add_argument("--labeled-fonts", type=int, default=100)
         p.add_argument("--n-train", type=int, default=2500, help="labeled training examples")
         p.add_argument("--n-val", type=int, default=100)
@@ -785,8 +768,8 @@ def main(argv=None):
 
     p = sub.add_parser("train", help="train a direct or a composed predictor")
     common_args(p)
-    p.add_argument("--method", required=True, help="direct or composed")
-    p.add_argument("--denoiser", default=DEFAULT_DENOISER)
+    p.add_argument("--method", choices=["direct", "composed"], required=True)
+    p.add_argument("--denoiser", help=f"composed: the frozen Pi (default: {DEFAULT_DENOISER})")
     p.add_argument("--l2", type=float, nargs="+", help="L2 strengths to try (tuned on validation)")
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--epochs", type=int)
@@ -797,17 +780,34 @@ def main(argv=None):
     p = sub.add_parser("evaluate", help="test MSE table and a sample grid like Figure 5")
     p.add_argument("checkpoints", nargs="*", help="predictor checkpoints (default: all in --runs)")
     p.add_argument("--data", default="data/fonts/glyphs.npz")
-    p.add_argument("--runs", default="runs/fonts")
-    p.add_argument("--png", default="runs/fonts/samples.png", help="Figure 5's grid (from runs/fonts alone)")
+    p.add_argument("--runs", help="folder of the checkpoints (default: runs/fonts)")
+    p.add_argument("--png", help="Figure 5's grid of --runs' direct and composed.pt (default: runs/fonts/samples.png)")
     p.add_argument("--denoiser", help=f"Pi applied after training to direct predictors' outputs (default: "
                    f"{DEFAULT_DENOISER} if it exists; 'none': skip)")
     p.add_argument("--plot", help="draw test MSE against the sweep's variable (Figure 6) into this PNG")
 
     args = parser.parse_args(argv)
+    for key, value in PRESETS.get(args.cmd, {}).get(getattr(args, "preset", None), {}).items():
+        if getattr(args, key) is None:   # flags left unset take their value from the preset
+            setattr(args, key, value)
+    for names, ok, rule in [   # bad numbers: one-line errors
+            ("steps epochs patience batch_size width log_every labeled_fonts n_train n_val render_size",
+             lambda v: v >= 1, "at least 1"),
+            ("unlabeled_fonts seed split_seed l2 duplicate_mse", lambda v: v >= 0, "at least 0"),
+            ("lr", lambda v: v > 0, "above 0"),
+            ("dropout unet_dropout", lambda v: 0 <= v < 1, "in [0, 1)")]:
+        for name in names.split():
+            value = getattr(args, name, None)
+            for v in value if isinstance(value, list) else [value]:
+                if v is not None and not ok(v):
+                    parser.error(f"--{name.replace('_', '-')} {v:g}: must be {rule}")
     if args.cmd == "train":
-        if args.method not in ("direct", "composed"):
-            parser.error(f"unknown --method {args.method!r} (choose direct or composed)")
+        if args.method == "direct" and args.denoiser:
+            parser.error("--denoiser is for --method composed (direct trains f alone)")
+        args.denoiser = args.denoiser or DEFAULT_DENOISER
         args.out = args.out or f"runs/fonts/{args.method}.pt"
+    if args.cmd == "evaluate" and args.checkpoints and (args.runs or args.png):
+        parser.error("--runs and --png are for the checkpoints in --runs: name no checkpoints with them")
     work = {"render": cmd_render, "denoiser": cmd_denoiser, "train": cmd_train, "evaluate": cmd_evaluate}[args.cmd]
     common.run_main("fonts.py", work, args)  # bad input: one line on stderr, exit code 2
 

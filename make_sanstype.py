@@ -37,6 +37,7 @@ import re
 import sys
 
 import common
+import judge
 
 # ----------------------------------------------------------------------------------------------------
 # Pseudocode templates, one list per statement kind: {v}, {w} are variables, {x} a value, {f} min or max.
@@ -302,8 +303,9 @@ def print_description(prefixes):
 def run_gold_programs(splits, names):
     """Judge all programs of the named splits in one batch; return {split: list of stdout lines}."""
     programs = [(name, i) for name in names for i in range(len(splits[name][1]))]
-    results = common.run_programs([splits[n][1][i] for n, i in programs],
-                                  [splits[n][2][i] for n, i in programs], progress="gold programs")
+    meter = common.Progress(len(programs), "judging gold programs")
+    results = judge.run_programs([splits[n][1][i] for n, i in programs],
+                                 [splits[n][2][i] for n, i in programs], progress=meter.step)
     for (name, i), result in zip(programs, results):
         if result.status != "ok":
             sys.exit(f"error: generator bug: gold program {name}.tgt line {i + 1} gave {result.status}: "
@@ -329,13 +331,17 @@ def parse_args(argv):
     for flag in ("num_labeled", "num_unlabeled", "num_eval", "vocab_size"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be a positive integer, got {getattr(args, flag)}")
-    return parser, args
+    return args
 
 
 def main(argv=None):
-    parser, args = parse_args(argv)
+    args = parse_args(argv)
     if args.describe:
         return common.run_main("make_sanstype.py", print_description, args.describe)
+    common.run_main("make_sanstype.py", make_sanstype, args)
+
+
+def make_sanstype(args):
     sizes = {"train": args.num_labeled, "val": args.num_eval, "test": args.num_eval,
              "ood": args.num_eval, "unlabeled": args.num_unlabeled}
     splits = {name: make_split(name, size, args.seed, OUT_OF_DISTRIBUTION if name == "ood" else IN_DISTRIBUTION)
@@ -343,13 +349,10 @@ def main(argv=None):
     print(f"generated {sum(sizes.values())} programs: " + ", ".join(f"{n} {s}" for n, s in sizes.items()))
 
     # The tokenizer sees what training may use: train pseudocode and all training code (never eval data).
-    # Trained before the slow judging so a bad --vocab-size fails fast.
-    try:
-        spm_model = common.train_tokenizer(splits["train"][0] + splits["train"][1] + splits["unlabeled"][1],
-                                           args.vocab_size)
-    except RuntimeError as e:  # sentencepiece's message follows its "file(line) [check]" prefix
-        parser.error(f"cannot train a {args.vocab_size}-piece tokenizer on this data: {str(e).split('] ')[-1]}")
-    print(f"trained a {args.vocab_size}-piece sentencepiece BPE tokenizer")
+    # Trained before the slow judging so that a bad --vocab-size fails fast.
+    spm_model, pieces = common.train_tokenizer(splits["train"][0] + splits["train"][1] + splits["unlabeled"][1],
+                                               args.vocab_size)
+    print(f"trained a {pieces}-piece sentencepiece BPE tokenizer")
 
     labeled = ["train", "val", "test", "ood"]
     outputs = run_gold_programs(splits, labeled + (["unlabeled"] if args.judge_unlabeled else []))
@@ -362,7 +365,8 @@ def main(argv=None):
     common.write_lines(os.path.join(args.out, "unlabeled.tgt"), splits["unlabeled"][1])
     with open(os.path.join(args.out, "spm.model"), "wb") as f:
         f.write(spm_model)
-    print(f"wrote {args.out}/{{train,val,test,ood}}.{{src,tgt,inp,out}}, unlabeled.tgt, spm.model")
+    common.write_manifest(args.out, "sanstype", seed=args.seed)
+    print(f"wrote {args.out}/{{train,val,test,ood}}.{{src,tgt,inp,out}}, unlabeled.tgt, spm.model, dataset.json")
 
 
 if __name__ == "__main__":

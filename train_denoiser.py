@@ -20,33 +20,41 @@ import sys
 import torch
 
 import common
+import judge
+import make_spoc
 
-# Training presets; the model sizes come from common.MODEL_PRESETS under the same name.
-# paper: the authors' fairseq command (dropout 0.4, 1e-3 after 4000 warm-up updates from 1e-7, inverse-sqrt,
-# ~16000 tokens, i.e. about 176 programs, per update). cpu: 12 epochs at the peak rate. Π's training decides whether
-# pre-training helps at all (README: standard and composed from Π after 4, 8, 12 epochs); annealing the rate to 0
-# over 8 epochs (the budget that would fit 45 minutes) gave Π a loss between those of 8 and 12 epochs at the peak
-# rate, but a start for fine-tuning no better than 8 epochs' (README).
+# Every value a denoiser trains with, one row per dataset and preset; a flag overrides its column.
+# sanstype paper: the authors' fairseq command (Appendix C): 3+3 layers, 2 heads, dropout 0.4, 1e-3 after 4000
+#   warm-up updates from 1e-7, inverse-sqrt, ~16000 tokens (about 176 programs) an update, 50 epochs.
+# sanstype cpu: a smaller model at the peak rate for 12 epochs. Pi's training decides whether pre-training helps at all
+#   (README: standard and composed from Pi after 4, 8, 12 epochs). No attention or activation dropout on the CPU:
+#   their random masks took a third of a step.
+# spoc paper: Appendix E (5+5 layers, 8 heads, dropout 0.4, "reasonable defaults from Guzman et al., 2019"); the
+#   authors' 9 epochs each hold every program 4 times (clean once, one corrupted line 3 times), i.e. 36 of ours,
+#   which corrupt 3 programs in 4 afresh every epoch; smoothing 0.2 for 5 of theirs, 0.1 for 1, then 0.
+#   spoc cpu: sized for the full release's 11355 programs on 2 cores.
 PRESETS = {
-    "paper": dict(epochs=50, batch_size=176, lr=1e-3, warmup_steps=4000, warmup_start_lr=1e-7, patience=50,
-                  max_programs=0, lr_schedule="inverse-sqrt", dropout=0.4),
-    "cpu": dict(epochs=12, batch_size=32, lr=1e-3, warmup_steps=300, patience=3, max_programs=0,
-                lr_schedule="constant"),
-    "smoke": dict(epochs=2, batch_size=8, lr=1e-3, warmup_steps=5, patience=2, max_programs=64,
-                  lr_schedule="constant"),
-    # SPoC (Appendix E): the authors' 9 epochs each hold every program 4 times (clean once, one corrupted line
-    # 3 times), i.e. 36 of ours, which corrupt 3 programs in 4 afresh every epoch; smoothing 0.2 for 5 of
-    # theirs, 0.1 for 1, then 0; FLoRes's rate (1e-3 after 4000 updates from 1e-7, inverse-sqrt) and ~16000
-    # tokens an update (about 90 programs). cpu: sized for the full release's 11355 programs on 2 cores.
-    "spoc-paper": dict(epochs=36, batch_size=90, lr=1e-3, warmup_steps=4000, warmup_start_lr=1e-7, patience=36,
-                       max_programs=0, lr_schedule="inverse-sqrt", label_smoothing_schedule="0.2:20,0.1:4,0.0"),
-    "spoc-cpu": dict(epochs=4, batch_size=32, lr=1e-3, warmup_steps=300, patience=2, max_programs=0,
-                     lr_schedule="constant"),
+    # d_model, heads, layers (each side), d_ff, dropout, attention dropout, activation dropout, batch (programs),
+    # lr, schedule, warm-up updates, warm-up's first lr, epochs, patience;
+    # label smoothing (VALUE:EPOCHS,...), noise (--corruption), error detector g, programs (0: all)
+    ("sanstype", "paper"): (256, 2, 3, 1024, 0.4, 0.2, 0.2, 176, 1e-3, "inverse-sqrt", 4000, 1e-7, 50, 50,
+                            "0", "code", "none", 0),
+    ("sanstype", "cpu"):   (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-3, "constant",      300,  0.0, 12,  3,
+                            "0", "code", "none", 0),
+    ("sanstype", "smoke"): ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-3, "constant",        5,  0.0,  2,  2,
+                            "0", "code", "none", 64),
+    ("spoc", "paper"):     (256, 8, 5, 1024, 0.4, 0.2, 0.2,  90, 1e-3, "inverse-sqrt", 4000, 1e-7, 36, 36,
+                            "0.2:20,0.1:4,0.0", "line", "compile", 0),
+    ("spoc", "cpu"):       (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-3, "constant",      300,  0.0,  4,  2,
+                            "0", "line", "compile", 0),
+    ("spoc", "smoke"):     ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-3, "constant",        5,  0.0,  2,  2,
+                            "0", "line", "compile", 64),
 }
+COLUMNS = (*common.PRESET_COLUMNS, "corruption", "error_detector", "max_programs")
 CORRUPTIONS = {
     "code": lambda code, rng, args: common.corrupt_code(code, rng, args.num_corruptions),
     "random": lambda code, rng, args: common.delete_random_words(code, rng, args.deletion_probability),
-    "line": lambda code, rng, args: common.corrupt_spoc_code(code, rng),
+    "line": lambda code, rng, args: make_spoc.corrupt_code(code, rng),
 }
 
 
@@ -70,13 +78,14 @@ def parse_args(argv=None):
     parser.add_argument("--repair-programs", type=int, default=100, help="how many val programs to repair")
     common.add_training_args(parser)
     args = parser.parse_args(argv)
-    args.corruption = args.corruption or ("line" if common.is_spoc(args.data) else "code")
-    args.error_detector = args.error_detector or ("compile" if common.is_spoc(args.data) else "none")
-    if args.error_detector == "compile" and not common.is_spoc(args.data):
+    common.apply_preset(parser, args, COLUMNS, lambda dataset: PRESETS[dataset, args.preset])
+    if args.error_detector == "compile" and args.dataset != "spoc":
         parser.error("--error-detector compile needs SPoC data (make_spoc.py)")
     if args.num_corruptions < 1 or not 0 <= args.deletion_probability <= 1:
         parser.error("--num-corruptions must be at least 1 and --deletion-probability within [0, 1]")
-    return common.resolve_preset(args, PRESETS)
+    if args.max_programs < 0 or args.repair_every < 0 or args.repair_programs < 1:
+        parser.error("--max-programs and --repair-every must not be negative, --repair-programs at least 1")
+    return args
 
 
 def main(argv=None):
@@ -95,11 +104,11 @@ def train(args):
     if not programs or not val:
         raise common.UsageError(f"no programs to train or validate on in {args.data}")
     corrupt = CORRUPTIONS[args.corruption]
-    spoc_cases = common.read_spoc_cases(args.data, "val") if common.is_spoc(args.data) else None
+    spoc_cases = make_spoc.read_cases(args.data, "val") if args.dataset == "spoc" else None
 
     extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption,
              "error_detector": None if args.error_detector == "none" else args.error_detector}
-    error_free = common.error_detector(extra)  # g, as evaluate.py will read it back from the checkpoint
+    error_free = make_spoc.error_detector(extra)  # g, as evaluate.py will read it back from the checkpoint
 
     clean_ids = tokenizer.encode(programs)
     val_rng = random.Random(f"{args.seed}-val")  # the same corrupted val set every epoch and every run
@@ -117,17 +126,17 @@ def train(args):
         repaired = common.denoise(model, tokenizer, noisy, args.batch_size, error_free)
         exact = sum(r == c for r, c in zip(repaired, clean)) / len(clean)
         if spoc_cases:  # SPoC: the repairs judged on their problems' hidden test cases
-            verdicts = common.judge_spoc_programs(repaired, spoc_cases[:len(repaired)])
+            verdicts = judge.judge_spoc_programs(repaired, spoc_cases[:len(repaired)])
             correct = sum(v["verdict"] == "correct" for v in verdicts) / len(verdicts)
             return f", repairs of {len(clean)} val programs: {100 * exact:.1f}% exact, {100 * correct:.1f}% correct"
-        results = common.run_programs(repaired, [""] * len(repaired))
+        results = judge.run_programs(repaired, [""] * len(repaired))
         compiled = sum(r.status != "compile_error" for r in results) / len(results)
         return f", repairs of {len(clean)} val programs: {100 * exact:.1f}% exact, {100 * compiled:.1f}% compile"
 
     model = common.Transformer(common.config_from_args(args, tokenizer.get_piece_size()))
     print(f"denoiser: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
           f"{len(programs)} programs, {args.corruption} corruption, error detector {args.error_detector}, "
-          f"preset {common.preset_key(args)}", file=sys.stderr)
+          f"{args.dataset} preset {args.preset}", file=sys.stderr)
     state = common.fit(model, train_pairs, val_pairs, args, args.out, extra, on_epoch=report_repairs)
     print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}) -> "
           f"{os.path.join(args.out, 'model.pt')}")

@@ -82,8 +82,10 @@ def main():
     default = finetune.parse_args(["--method", "composed"])  # the estimator finetune.py uses unless told
     estimators = [(1, "none"), (1, "batch"), (2, "none"), (2, "leave-one-out"), (2, "batch")]
 
+    reward = common.denoiser_reward(denoiser)
+
     def loss_of(samples, baseline, **weights):
-        return lambda: common.composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=samples,
+        return lambda: common.composed_loss(model, reward, src, tgt_in, tgt_out, samples=samples,
                                             baseline=baseline, **weights)
 
     model.train()

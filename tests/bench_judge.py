@@ -17,6 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
+import judge  # noqa: E402
 
 
 def judge_one_by_one(programs, stdins, expected):
@@ -26,7 +27,7 @@ def judge_one_by_one(programs, stdins, expected):
         for i, (program, stdin, gold) in enumerate(zip(programs, stdins, expected)):
             source, binary = os.path.join(workdir, f"p{i}.cpp"), os.path.join(workdir, f"p{i}")
             with open(source, "w") as f:
-                f.write(common.to_cpp(program))
+                f.write(judge.to_cpp(program))
             compiled = subprocess.run(["g++", "-std=gnu++17", "-O0", "-w", source, "-o", binary],
                                       capture_output=True, timeout=60)
             if compiled.returncode != 0:
@@ -67,7 +68,7 @@ def main():
     print(f"{len(programs)} programs from {args.data} ({args.splits}{corrupted}), {os.cpu_count()} cores")
 
     start = time.time()
-    ours = [v["verdict"] for v in common.judge_programs(programs, stdins, expected, cache=False)]
+    ours = [v["verdict"] for v in judge.judge_programs(programs, stdins, expected, cache=False)]
     ours_seconds = time.time() - start
     print(f"batched judge:      {ours_seconds:7.1f} s  ({1000 * ours_seconds / len(programs):.0f} ms/program)")
 

@@ -14,11 +14,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
+import judge  # noqa: E402
+import make_spoc  # noqa: E402
 
 
 def timed(programs, cases, **kwargs):
     start = time.time()
-    verdicts = common.judge_spoc_programs(programs, cases, **kwargs)
+    verdicts = judge.judge_spoc_programs(programs, cases, **kwargs)
     return verdicts, time.time() - start
 
 
@@ -30,7 +32,7 @@ def main():
     args = parser.parse_args()
 
     programs = common.read_lines(os.path.join(args.data, f"{args.split}.tgt"))[:args.limit]
-    cases = common.read_spoc_cases(args.data, args.split)[:args.limit]
+    cases = make_spoc.read_cases(args.data, args.split)[:args.limit]
     plain, plain_seconds = timed(programs, cases, fast=False, jobs=1)
     fast, fast_seconds = timed(programs, cases)  # includes building the precompiled header
     assert fast == plain, [(i, a, b) for i, (a, b) in enumerate(zip(fast, plain)) if a != b]

@@ -25,6 +25,7 @@ warnings.filterwarnings("ignore", message="enable_nested_tensor")  # nn.Transfor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
+import finetune  # noqa: E402
 
 VOCAB, BATCH, LENGTH = 600, 32, 100
 
@@ -74,7 +75,8 @@ def main():
           f"AVX512-BF16 or AMX to pay), {args.threads} threads, batch {BATCH} x {LENGTH} tokens a side")
     step = {}
     for size in ("paper", "cpu"):
-        config = common.TransformerConfig(vocab_size=VOCAB, **common.MODEL_PRESETS[size])
+        row = dict(zip(common.PRESET_COLUMNS, finetune.PRESETS["sanstype"][size, "standard"]))
+        config = common.config_from_args(argparse.Namespace(**row), VOCAB)
         for precision in ("fp32", "bf16"):
             ours = step[size, precision] = seconds_per_step(common.Transformer(config), args.steps, precision)
             reference = seconds_per_step(TorchTransformer(config), args.steps, precision)

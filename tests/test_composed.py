@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import common
+import make_spoc
 
 VOCAB = 6  # PAD UNK BOS EOS + two words
 MAX_LEN = 2
@@ -54,10 +55,12 @@ def estimated_gradient(model, denoiser, src, gold, gamma, baseline, batch=250, d
     """The estimator's mean gradient of the same quantity over batch * draws * 4 samples."""
     model.zero_grad()
     tgt = common.pad([[common.BOS_ID] + gold + [common.EOS_ID]] * batch)
+    reward = common.denoiser_reward(denoiser, gamma)
+    if error_free:
+        reward = make_spoc.reward_with_error_detector(reward, error_free, gamma)
     for _ in range(draws):
-        loss = common.composed_loss(model, denoiser, src.expand(batch, -1), tgt[:, :-1], tgt[:, 1:], samples=4,
-                                    baseline=baseline, gamma=gamma, composed_weight=1.0, lam=0.0,
-                                    max_len=MAX_LEN, error_free=error_free)
+        loss = common.composed_loss(model, reward, src.expand(batch, -1), tgt[:, :-1], tgt[:, 1:], samples=4,
+                                    baseline=baseline, composed_weight=1.0, lam=0.0, max_len=MAX_LEN)
         loss.backward()
     n_tokens = batch * (len(gold) + 1)  # the loss is per gold token and minimised
     return -torch.cat([p.grad.flatten() for p in model.parameters()]) * n_tokens / batch / draws

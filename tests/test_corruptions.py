@@ -8,6 +8,7 @@ import random
 import re
 
 import common
+import judge
 
 DATA = os.path.join(os.path.dirname(__file__), "fixtures", "released")
 TYPES = ("int", "string", "bool")
@@ -92,7 +93,7 @@ def test_most_code_noised_programs_no_longer_compile():
     rng = random.Random(2)
     stdins, outputs = read_lines("train.inp")[:100], read_lines("train.out")[:100]
     noisy = [common.corrupt_code(p, rng) for p in PROGRAMS[:100]]
-    results = common.run_programs(PROGRAMS[:100] + noisy, stdins + stdins, cache=False)
+    results = judge.run_programs(PROGRAMS[:100] + noisy, stdins + stdins, cache=False)
     assert [r.stdout.strip() for r in results[:100]] == outputs  # the released programs print their .out
     changed = [(r, out) for r, out, n, p in zip(results[100:], outputs, noisy, PROGRAMS) if n != p]
     failed = sum(r.status == "compile_error" for r, _ in changed) / len(changed)

@@ -143,7 +143,7 @@ def test_composed_step_lowers_loss_and_leaves_denoiser_untouched():
     losses = []
     for _ in range(10):
         f.train()
-        loss = fonts.composed_loss(f, pi, font_ids, chars, targets)
+        loss = fonts.composed_image_loss(f, pi, font_ids, chars, targets)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -154,21 +154,21 @@ def test_composed_step_lowers_loss_and_leaves_denoiser_untouched():
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in f.parameters())
 
 
-def test_whole_chain_with_tiny_preset(tmp_path, aileron, capsys):
+def test_whole_chain_with_smoke_preset(tmp_path, aileron, capsys):
     # 20 "fonts": Aileron shifted around, enough for 10 labeled fonts and a Figure-5 grid.
     glyphs = np.stack([np.roll(aileron, (i % 5 - 2, i // 5 - 2), axis=(1, 2)) for i in range(20)])
     data = str(tmp_path / "glyphs.npz")
     np.savez(data, glyphs=glyphs, names=np.array([f"font{i}" for i in range(20)]))
     runs = tmp_path / "runs"
-    common = ["--data", data, "--preset", "tiny"]
+    common = ["--data", data, "--preset", "smoke"]
     fonts.main(["denoiser", *common, "--out", str(runs / "denoiser.pt")])
     fonts.main(["train", "--method", "direct", *common, "--out", str(runs / "direct.pt")])
     fonts.main(["train", "--method", "composed", *common, "--denoiser", str(runs / "denoiser.pt"),
                 "--out", str(runs / "composed.pt")])
-    ckpt = fonts.load_checkpoint(str(runs / "composed.pt"), "predictor")
+    ckpt = fonts.load_fonts_checkpoint(str(runs / "composed.pt"), "predictor")
     assert ckpt["denoiser"]["corruption"] == "blur" and ckpt["l2"] in (0, 1e-4)
     for name in ("direct", "composed"):   # a checkpoint rebuilds the very model that was validated
-        saved = fonts.load_checkpoint(str(runs / f"{name}.pt"), "predictor")
+        saved = fonts.load_fonts_checkpoint(str(runs / f"{name}.pt"), "predictor")
         glyphs_, _ = fonts.load_glyphs(data)
         split = fonts.make_split(len(glyphs_), **saved["split"], verbose=False)
         f, pi = fonts.build_predictor(saved)
@@ -205,7 +205,45 @@ def test_bad_input_exits_with_code_2(tmp_path, capsys):
             fonts.main(argv)
         assert e.value.code == 2
         stderr = capsys.readouterr().err.strip().splitlines()
-        assert len(stderr) == 1 and stderr[0].startswith("fonts.py: error: "), stderr
+        assert len(stderr) == 1 and stderr[0].startswith(("fonts.py: error: ", "fonts.py train: error: ")), stderr
+
+
+def one_line_error(argv, capsys):
+    """The message of a fonts.py run that must fail with one line on stderr and exit code 2."""
+    with pytest.raises(SystemExit) as e:
+        fonts.main(argv)
+    stderr = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(stderr) == 1, stderr
+    return stderr[0]
+
+
+def test_method_is_a_choice_and_smoke_is_the_test_preset(capsys):
+    assert "invalid choice: 'reinforce'" in one_line_error(["train", "--method", "reinforce"], capsys)
+    assert all(set(table) == {"cpu", "paper", "smoke"} for table in fonts.PRESETS.values())
+
+
+def test_missing_inputs_name_the_command_that_writes_them(tmp_path, capsys):
+    data = str(tmp_path / "glyphs.npz")
+    np.savez(data, glyphs=np.zeros((4, 62, 32, 32), np.uint8), names=np.array(["a", "b", "c", "d"]))
+    pi = str(tmp_path / "denoiser.pt")
+    error = one_line_error(["train", "--method", "composed", "--data", data, "--denoiser", pi], capsys)
+    assert f"{pi} not found: run `python fonts.py denoiser --out {pi}` first" in error
+    error = one_line_error(["evaluate", str(tmp_path / "direct.pt"), "--data", data], capsys)
+    assert "run `python fonts.py train --method direct|composed" in error
+
+
+def test_bad_numbers_and_ignored_flags_are_errors(tmp_path, capsys):
+    data = ["--data", str(tmp_path / "missing.npz")]   # the flags must be refused before the data is read
+    for argv, flag in [(["train", "--method", "direct", "--epochs", "0"], "--epochs 0"),
+                       (["denoiser", "--steps", "-1"], "--steps -1"),
+                       (["train", "--method", "direct", "--n-train", "-5"], "--n-train -5"),
+                       (["train", "--method", "direct", "--l2", "0", "-0.001"], "--l2 -0.001"),
+                       (["denoiser", "--unlabeled-fonts", "-3"], "--unlabeled-fonts -3"),
+                       (["train", "--method", "composed", "--dropout", "1"], "--dropout 1"),
+                       (["train", "--method", "direct", "--denoiser", "pi.pt"], "--denoiser"),  # direct has no Pi
+                       (["evaluate", "direct.pt", "--png", "grid.png"], "--png"),              # the grid needs --runs
+                       (["evaluate", "--runs", str(tmp_path), "--png", "grid.png"], "--png")]:  # ... with both models
+        assert flag in one_line_error(argv + data, capsys), argv
 
 
 def fake_row(method, seed, mse, n_train=2500, unlabeled=None):

@@ -8,6 +8,7 @@ import tempfile
 import pytest
 
 import common
+import judge
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "fixtures", "released")
@@ -56,9 +57,9 @@ def write_outside_program(path):
 @pytest.fixture
 def quick_limits(monkeypatch):
     """Shorter limits keep the suite fast; the mechanism is the same."""
-    monkeypatch.setattr(common, "COMPILE_SECONDS", 4)
-    monkeypatch.setattr(common, "RUN_WALL_SECONDS", 2)
-    monkeypatch.setattr(common, "RUN_CPU_SECONDS", 1)
+    monkeypatch.setattr(judge, "COMPILE_SECONDS", 4)
+    monkeypatch.setattr(judge, "RUN_WALL_SECONDS", 2)
+    monkeypatch.setattr(judge, "RUN_CPU_SECONDS", 1)
 
 
 def processes_inside(folder):
@@ -77,14 +78,14 @@ def processes_inside(folder):
 
 def test_released_programs_judge_correct():
     programs, stdins, outputs = released(50)
-    verdicts = common.judge_programs(programs, stdins, outputs, cache=False)
+    verdicts = judge.judge_programs(programs, stdins, outputs, cache=False)
     assert [v["verdict"] for v in verdicts] == ["correct"] * 50
 
 
 def test_wrong_output_and_compile_error_are_told_apart():
     programs, stdins, outputs = released(3)
     broken = programs[1].replace("int var_3 ;", "var_3 ;", 1)  # an undeclared variable
-    verdicts = common.judge_programs([programs[0], broken, programs[2]], stdins, [outputs[0], outputs[1], "nope"],
+    verdicts = judge.judge_programs([programs[0], broken, programs[2]], stdins, [outputs[0], outputs[1], "nope"],
                                      cache=False)
     assert [v["verdict"] for v in verdicts] == ["correct", "compile_error", "wrong_output"]
     assert "var_3" in verdicts[1]["error"] and verdicts[1]["error"].startswith("line ")
@@ -99,7 +100,7 @@ def test_hostile_programs_are_contained_and_ordinary_verdicts_do_not_change(quic
     outside = tmp_path / "escaped.txt"
     hostile = dict(HOSTILE, write_outside=(write_outside_program(outside), "correct", "blocked"))
     programs, stdins, outputs = released(20)
-    alone = [v["verdict"] for v in common.judge_programs(programs, stdins, outputs, cache=False)]
+    alone = [v["verdict"] for v in judge.judge_programs(programs, stdins, outputs, cache=False)]
 
     # ordinary programs interleaved with hostile ones, so they share translation units
     names = list(hostile)
@@ -107,7 +108,7 @@ def test_hostile_programs_are_contained_and_ordinary_verdicts_do_not_change(quic
     for k, name in enumerate(names):
         program, _, gold = hostile[name]
         mixed.insert(2 * k + 1, (program, "", gold))
-    verdicts = common.judge_programs(*map(list, zip(*mixed)), cache=False)
+    verdicts = judge.judge_programs(*map(list, zip(*mixed)), cache=False)
     by_program = {program: v for (program, _, _), v in zip(mixed, verdicts)}
 
     for name in names:
@@ -124,12 +125,12 @@ def test_hostile_programs_are_contained_and_ordinary_verdicts_do_not_change(quic
 
 def test_programs_that_may_share_a_translation_unit():
     programs, _, _ = released(5)
-    assert all(common.can_share_unit(p) for p in programs)
-    assert not common.can_share_unit(HOSTILE["unbalanced"][0])
-    assert not common.can_share_unit(HOSTILE["dev_zero_include"][0])
-    assert not common.can_share_unit("int main () { $ cout << \"}\" ; $ } int x ;")
-    assert common.can_share_unit("int main () { $ cout << \"}\" ; $ return 0; }")
-    assert not common.can_share_unit("int x ; int main () { return x ; }")
+    assert all(judge.can_share_unit(p) for p in programs)
+    assert not judge.can_share_unit(HOSTILE["unbalanced"][0])
+    assert not judge.can_share_unit(HOSTILE["dev_zero_include"][0])
+    assert not judge.can_share_unit("int main () { $ cout << \"}\" ; $ } int x ;")
+    assert judge.can_share_unit("int main () { $ cout << \"}\" ; $ return 0; }")
+    assert not judge.can_share_unit("int x ; int main () { return x ; }")
 
 
 def test_batched_and_alone_compilation_give_the_same_verdicts():
@@ -139,8 +140,8 @@ def test_batched_and_alone_compilation_give_the_same_verdicts():
     programs, stdins, outputs = released(24)
     rng = random.Random(0)
     corrupted = [common.corrupt_code(p, rng) for p in programs]
-    batched = common.judge_programs(corrupted, stdins, outputs, cache=False)
-    alone = common.judge_programs(corrupted, stdins, outputs, cache=False, share_units=False)
+    batched = judge.judge_programs(corrupted, stdins, outputs, cache=False)
+    alone = judge.judge_programs(corrupted, stdins, outputs, cache=False, share_units=False)
     assert [v["verdict"] for v in batched] == [v["verdict"] for v in alone]
     assert [v.get("error") for v in batched] == [v.get("error") for v in alone]
     assert sum(v["verdict"] == "compile_error" for v in batched) >= 10  # the test has teeth
@@ -155,6 +156,7 @@ def test_evaluate_cli_writes_verdicts_and_summary(tmp_path):
     programs, stdins, outputs = released(4)
     for ext, lines in (("inp", stdins), ("out", outputs)):
         (tmp_path / f"test.{ext}").write_text("\n".join(lines) + "\n")
+    common.write_manifest(str(tmp_path), "sanstype")
     predictions = tmp_path / "preds.txt"
     predictions.write_text("\n".join([programs[0], programs[1], "int main () {", programs[0]]) + "\n")
     result = run_evaluate("--predictions", str(predictions), "--data", str(tmp_path), "--split", "test",
@@ -169,6 +171,7 @@ def test_evaluate_cli_writes_verdicts_and_summary(tmp_path):
 @pytest.mark.parametrize("case", ["missing", "empty", "counts"])
 def test_evaluate_cli_bad_input_is_one_line_and_exit_2(tmp_path, case):
     programs, stdins, outputs = released(3)
+    common.write_manifest(str(tmp_path), "sanstype")
     (tmp_path / "test.inp").write_text("\n".join(stdins) + "\n")
     (tmp_path / "test.out").write_text("\n".join(outputs) + "\n")
     predictions = tmp_path / "preds.txt"

@@ -12,13 +12,14 @@ import sys
 import pytest
 
 import common
+import judge
 import make_sanstype
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "fixtures", "released")
 TINY = ["--num-labeled", "30", "--num-unlabeled", "100", "--num-eval", "20", "--vocab-size", "200", "--seed", "1"]
 SPLITS = ["train", "val", "test", "ood"]
-FILES = [f"{s}.{e}" for s in SPLITS for e in ("src", "tgt", "inp", "out")] + ["unlabeled.tgt", "spm.model"]
+FILES = [f"{s}.{e}" for s in SPLITS for e in ("src", "tgt", "inp", "out")] + ["unlabeled.tgt", "spm.model", "dataset.json"]
 
 
 def read_lines(path):
@@ -96,7 +97,7 @@ def test_every_gold_program_prints_its_out(dataset):
         programs += read_lines(out / f"{split}.tgt")
         stdins += read_lines(out / f"{split}.inp")
         expected += read_lines(out / f"{split}.out")
-    results = common.run_programs(programs, stdins, cache=False)
+    results = judge.run_programs(programs, stdins, cache=False)
     assert [r.status for r in results] == ["ok"] * len(programs)
     assert [r.stdout.strip() for r in results] == expected
     assert all(expected)  # every program prints its variables

@@ -19,6 +19,7 @@ import torch
 import common
 import evaluate
 import finetune
+import judge
 import make_spoc
 import train_denoiser
 from test_judge import HOSTILE, ROOT, processes_inside, quick_limits, write_outside_program  # noqa: F401
@@ -47,7 +48,7 @@ def data(tmp_path_factory):
 
 
 def split_programs(data, split):
-    return common.read_lines(os.path.join(data, f"{split}.tgt")), common.read_spoc_cases(str(data), split)
+    return common.read_lines(os.path.join(data, f"{split}.tgt")), make_spoc.read_cases(str(data), split)
 
 
 def test_make_spoc_writes_the_papers_format(data):
@@ -70,7 +71,7 @@ def test_make_spoc_writes_the_papers_format(data):
 def test_tokens_round_trip_with_literals_and_the_tilde_operator():
     line = make_spoc.code_line('cout << "a  $ ~ b" << \' \' << ~n << 1e-7 << 0x1Fu; // a comment', 2)
     assert line == '~ ~ cout << "a  $ ~ b" << \' \' << ~n << 1e-7 << 0x1Fu ;'
-    assert common.spoc_source(line) == '\t\tcout << "a  $ ~ b" << \' \' << ~n << 1e-7 << 0x1Fu ; \n'
+    assert judge.spoc_source(line) == '\t\tcout << "a  $ ~ b" << \' \' << ~n << 1e-7 << 0x1Fu ; \n'
     assert make_spoc.code_line("#define f(x) ((x)*(x))", 0) == "#define f(x) ((x)*(x))"
 
 
@@ -105,9 +106,9 @@ def test_a_missing_file_is_a_one_line_error_naming_it(tmp_path, args, named):
 def test_gold_programs_judge_correct(data):
     programs, cases = split_programs(data, "train")
     more, more_cases = split_programs(data, "val")
-    verdicts = common.judge_spoc_programs(programs + more, cases + more_cases)
+    verdicts = judge.judge_spoc_programs(programs + more, cases + more_cases)
     assert [v["verdict"] for v in verdicts] == ["correct"] * 12
-    shared = [p for p in programs + more if common.can_share_unit(p, common.spoc_source)]
+    shared = [p for p in programs + more if judge.can_share_unit(p, judge.spoc_source)]
     assert len(shared) == 9 and any("return" not in p for p in shared)  # main-only ones share a unit
 
 
@@ -124,8 +125,8 @@ def mutants(program):
 @pytest.fixture
 def quick_runs(monkeypatch):
     """Shorter run limits; compiling keeps its own, since the plain path needs seconds on a busy machine."""
-    monkeypatch.setattr(common, "RUN_WALL_SECONDS", 2)
-    monkeypatch.setattr(common, "RUN_CPU_SECONDS", 1)
+    monkeypatch.setattr(judge, "RUN_WALL_SECONDS", 2)
+    monkeypatch.setattr(judge, "RUN_CPU_SECONDS", 1)
 
 
 def test_broken_programs_get_their_verdict_the_same_on_the_fast_and_the_plain_path(data, quick_runs):
@@ -133,17 +134,17 @@ def test_broken_programs_get_their_verdict_the_same_on_the_fast_and_the_plain_pa
     broken = mutants(programs[0])
     batch = [programs[0], *broken.values(), programs[3]]
     batch_cases = [cases[0]] * (len(broken) + 1) + [cases[3]]
-    fast = common.judge_spoc_programs(batch, batch_cases)
+    fast = judge.judge_spoc_programs(batch, batch_cases)
     assert [v["verdict"] for v in fast] == ["correct", *broken, "correct"]
     assert fast[1]["case"] == 0 and fast[2]["error"].startswith("line 1: ") and "undeclared_name" in fast[2]["error"]
-    plain = common.judge_spoc_programs(batch, batch_cases, fast=False, jobs=1)
+    plain = judge.judge_spoc_programs(batch, batch_cases, fast=False, jobs=1)
     assert plain == fast
 
 
 def test_one_failed_case_of_many_is_wrong_output(data):
     programs, cases = split_programs(data, "val")
     last_wrong = cases[0][:-1] + [(cases[0][-1][0], "a different answer")]
-    verdict, = common.judge_spoc_programs([programs[0]], [last_wrong])
+    verdict, = judge.judge_spoc_programs([programs[0]], [last_wrong])
     assert verdict["verdict"] == "wrong_output" and verdict["case"] == len(cases[0]) - 1
 
 
@@ -153,7 +154,7 @@ def test_hostile_programs_are_contained_as_whole_programs(data, tmp_path, monkey
     unit where it may) and with a global (compiled alone), mixed with gold programs; also a program printing
     much (under the cap) on every case."""
     programs, cases = split_programs(data, "val")
-    alone = common.judge_spoc_programs(programs, cases)
+    alone = judge.judge_spoc_programs(programs, cases)
     judge_folder = tmp_path / "judge"
     judge_folder.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(judge_folder))
@@ -168,7 +169,7 @@ def test_hostile_programs_are_contained_as_whole_programs(data, tmp_path, monkey
     mixed = list(zip(programs, cases))
     for k, (program, _, gold) in enumerate(variants.values()):
         mixed.insert(k % 7, (program, [("1 2 3", gold), ("", gold), ("4", gold)]))
-    verdicts = common.judge_spoc_programs(*map(list, zip(*mixed)))
+    verdicts = judge.judge_spoc_programs(*map(list, zip(*mixed)))
     by_program = {program: verdict for (program, _), verdict in zip(mixed, verdicts)}
 
     for name, (program, expected_verdict, _) in variants.items():
@@ -200,7 +201,7 @@ def test_spoc_noise_edits_one_line_in_3_programs_of_4(data):
     rng, changed, total = random.Random(0), 0, 0
     for _ in range(100):
         for program in programs:
-            noisy, total = common.corrupt_spoc_code(program, rng), total + 1
+            noisy, total = make_spoc.corrupt_code(program, rng), total + 1
             if noisy == program:
                 continue
             changed += 1
@@ -221,10 +222,10 @@ def indentation(tokens):
 def test_spoc_noise_leaves_literals_and_preprocessor_lines_alone():
     program = '#define N 5 $ int main ( ) { $ ~ string s = "a b ; c" ; $ ~ cout << s << N ; $ }'
     rng = random.Random(1)
-    noisy = [common.corrupt_spoc_code(program, rng) for _ in range(300)]
+    noisy = [make_spoc.corrupt_code(program, rng) for _ in range(300)]
     assert all(n.startswith("#define N 5 $ ") and '"a b ; c"' in n for n in noisy)
     assert len(set(noisy)) > 50  # and yet many different edits
-    assert common.corrupt_spoc_code(program, random.Random(7)) == common.corrupt_spoc_code(program, random.Random(7))
+    assert make_spoc.corrupt_code(program, random.Random(7)) == make_spoc.corrupt_code(program, random.Random(7))
 
 
 def test_spoc_presets_are_appendix_e(data):
@@ -241,9 +242,9 @@ def test_spoc_presets_are_appendix_e(data):
     denoiser = train_denoiser.parse_args(["--preset", "paper", "--data", data])
     assert (denoiser.corruption, denoiser.layers, denoiser.epochs) == ("line", 5, 36)
     assert [common.label_smoothing_at(e, denoiser) for e in (20, 21, 24, 25, 36)] == [0.2, 0.1, 0.1, 0.0, 0.0]
-    sanstype = finetune.parse_args(["--method", "baseline", "--preset", "paper"])  # data/sanstype: unchanged
-    assert (sanstype.layers, sanstype.n_heads, sanstype.label_smoothing_schedule) == (3, 2, "")
-    assert train_denoiser.parse_args(["--preset", "paper"]).corruption == "code"
+    sanstype = dict(zip(finetune.COLUMNS, finetune.PRESETS["sanstype"]["paper", "baseline"]))  # unchanged
+    assert (sanstype["layers"], sanstype["n_heads"], sanstype["label_smoothing"]) == (3, 2, "0")
+    assert dict(zip(train_denoiser.COLUMNS, train_denoiser.PRESETS["sanstype", "paper"]))["corruption"] == "code"
 
 
 def test_the_denoiser_trains_on_spoc_code_and_repairs_a_file_of_programs(tmp_path, monkeypatch):
@@ -285,7 +286,7 @@ def test_the_denoiser_trains_on_spoc_code_and_repairs_a_file_of_programs(tmp_pat
         asked.extend(programs)
         return [i % 2 == 0 for i in range(len(programs))]
 
-    monkeypatch.setattr(common, "spoc_compiles", every_other_passes)
+    monkeypatch.setattr(judge, "compiles", every_other_passes)
     evaluate.main([str(tmp_path / "composed" / "model.pt"), "--data", str(data)])
     rows = [json.loads(line) for line in open(tmp_path / "composed" / "eval_testw_denoised.jsonl")]
     assert len(rows) == 6 and asked == [row["base"] for row in rows]
@@ -303,12 +304,12 @@ def test_backtranslation_without_unlabeled_code_is_a_one_line_error_before_any_t
 def test_the_compiler_is_the_error_detector_and_denoise_repairs_only_what_it_flags(data):
     gold, _ = split_programs(data, "testw")
     broken = [program.replace(";", "", 1) for program in gold[:2]]
-    assert common.spoc_compiles(gold[:2] + broken) == [True, True, False, False]
+    assert judge.compiles(gold[:2] + broken) == [True, True, False, False]
     tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
     config = common.TransformerConfig(vocab_size=tokenizer.get_piece_size(), d_model=16, n_heads=2, encoder_layers=1,
                                       decoder_layers=1, d_ff=32)
     untrained = common.Transformer(config)
-    repaired = common.denoise(untrained, tokenizer, gold[:2] + broken, 4, common.spoc_compiles)
+    repaired = common.denoise(untrained, tokenizer, gold[:2] + broken, 4, judge.compiles)
     assert repaired[:2] == gold[:2]
     assert repaired[2:] == common.translate(untrained, tokenizer, broken, 4)
     assert common.denoise(untrained, tokenizer, gold[:2], 4) == common.translate(untrained, tokenizer, gold[:2], 4)

@@ -1,5 +1,6 @@
 """The training scripts on a tiny dataset: they learn, resume after kill -9, refuse bad input,
 and evaluate.py decodes, denoises and judges their models."""
+import dataclasses
 import json
 import os
 import signal
@@ -138,7 +139,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(data, denoiser, tmp_pat
     not_a_checkpoint.write_text("hello")
     out = tmp_path / "out"
     cases = [
-        (("finetune.py", "--method", "baseline", "--data", tmp_path / "nowhere"), "spm.model"),
+        (("finetune.py", "--method", "baseline", "--data", tmp_path / "nowhere"), "dataset.json"),
         (("finetune.py", "--method", "standard", "--data", data, "--denoiser", not_a_checkpoint), "not a checkpoint"),
         (("finetune.py", "--method", "standard", "--data", other, "--denoiser", denoiser[0]), "different tokenizers"),
         (("finetune.py", "--method", "magic", "--data", data), "invalid choice"),
@@ -147,7 +148,13 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(data, denoiser, tmp_pat
          "at least 1"),
         (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--samples", "1",
           "--reinforce-baseline", "leave-one-out"), "needs --samples 2"),  # leave-one-out needs another sample
-        (("train_denoiser.py", "--data", tmp_path / "nowhere"), "spm.model"),
+        (("train_denoiser.py", "--data", tmp_path / "nowhere"), "dataset.json"),
+        (("train_denoiser.py", "--data", data, "--epochs", "-3"), "--epochs must be at least 1, got -3"),
+        (("finetune.py", "--method", "baseline", "--data", data, "--epochs", "0"), "--epochs must be at least 1"),
+        (("finetune.py", "--method", "baseline", "--data", data, "--labeled", "5000"), "has only 40 labeled pairs"),
+        (("finetune.py", "--method", "baseline", "--data", data, "--dropout", "1.5"), "within [0, 1)"),
+        (("finetune.py", "--method", "standard", "--data", data, "--denoiser", denoiser[0], "--layers", "2"),
+         "encoder_layers 1 (this run: 2)"),  # the run's model must fit the weights it starts from
         (("evaluate.py", not_a_checkpoint, "--data", data), "not a checkpoint"),
     ]
     for args, message in cases:
@@ -164,7 +171,8 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
     for extra in ([], ["--denoiser", denoiser[0]]):
         result = script("evaluate.py", tmp_path / "model.pt", "--data", data, "--splits", "test", *extra)
         assert result.returncode == 0, result.stderr
-        assert result.stdout.split()[:2] == [tmp_path.name, "standard"]  # the run's folder, the method
+        header, row = result.stdout.splitlines()  # the table's header, then the row: the run's folder, the method
+        assert header.split()[:2] == ["run", "method"] and row.split()[:2] == [tmp_path.name, "standard"]
     for name in ("eval_test", "eval_test_denoised"):
         summary = json.load(open(tmp_path / f"{name}.json"))
         rows = [json.loads(line) for line in open(tmp_path / f"{name}.jsonl")]
@@ -172,8 +180,9 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
         assert all(row["verdict"] in ("correct", "wrong_output", "compile_error", "runtime_error", "timeout")
                    for row in rows)
     assert "base" in rows[0]  # the denoised rows keep the base predictor's output too
-    table = script("evaluate.py", "--table", tmp_path)
-    assert table.returncode == 0 and len(table.stdout.strip().splitlines()) == 3
+    table = script("evaluate.py", "--table", tmp_path, tmp_path / "nothing")
+    assert table.returncode == 0 and len(table.stdout.strip().splitlines()) == 4
+    assert table.stdout.strip().endswith(f"not evaluated (no eval_*.json): {tmp_path / 'nothing'}")
 
 
 def test_the_table_measures_relative_accuracy_against_the_first_standard_run(tmp_path, capsys):
@@ -202,7 +211,7 @@ def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path):
     checkpoint = common.load_checkpoint(str(denoiser[0]))
     model, pi = common.model_from_checkpoint(checkpoint), common.model_from_checkpoint(checkpoint)
     before = {name: p.clone() for name, p in pi.state_dict().items()}
-    compose = finetune.freeze_and_compose(model, pi, pairs[:8], args)
+    compose = finetune.freeze_and_compose(model, pi, checkpoint, tokenizer, pairs[:8], args)
     state = common.fit(model, lambda epoch: pairs, pairs[:8], args, str(tmp_path), {}, **compose)
     assert len(state["history"]) == 2 and not pi.training
     assert all(p.grad is None and not p.requires_grad for p in pi.parameters())
@@ -255,20 +264,54 @@ def test_inverse_sqrt_schedule_warms_up_from_its_start_rate_then_decays():
     assert abs(rate[3] - 0.5e-3) < 1e-12 and abs(rate[4] - 0.25e-3) < 1e-12  # peak * sqrt(4000 / step)
 
 
-def test_the_recipe_is_the_authors_in_every_preset():
+def test_the_recipe_is_the_authors_in_every_preset(data):
     """No label smoothing, no clipping, composed at a tenth of standard's rate; the paper preset's rates,
     warm-ups and dropout are those of the authors' fairseq commands. A flag still wins."""
     for preset in ("cpu", "paper", "smoke"):
-        runs = {method: finetune.parse_args(["--method", method, "--preset", preset])
+        runs = {method: finetune.parse_args(["--method", method, "--preset", preset, "--data", str(data)])
                 for method in ("baseline", "standard", "composed")}
-        runs["denoiser"] = train_denoiser.parse_args(["--preset", preset])
-        assert all(args.label_smoothing == 0 and args.clip_norm == 0 for args in runs.values())
+        runs["denoiser"] = train_denoiser.parse_args(["--preset", preset, "--data", str(data)])
+        assert all(common.label_smoothing_at(1, args) == 0 and args.clip_norm == 0 for args in runs.values())
         assert runs["composed"].lr == pytest.approx(runs["standard"].lr / 10)
-    paper = {method: finetune.parse_args(["--method", method, "--preset", "paper"]) for method in finetune.METHODS}
+    paper = {method: finetune.parse_args(["--method", method, "--preset", "paper", "--data", str(data)])
+             for method in finetune.METHODS}
     assert [(paper[m].lr, paper[m].warmup_steps, paper[m].warmup_start_lr) for m in ("baseline", "standard")] == \
         [(2e-3, 400, 5e-4), (2e-3, 150, 1e-4)]
     assert (paper["composed"].lr, paper["composed"].warmup_steps) == (pytest.approx(2e-4), 90)
     assert all(args.lr_schedule == "inverse-sqrt" and args.epochs >= 300 for args in paper.values())
-    denoiser = train_denoiser.parse_args(["--preset", "paper"])
+    assert all((args.dropout, args.attention_dropout, args.activation_dropout) == (0.1, 0.2, 0.2)
+               for args in paper.values())
+    denoiser = train_denoiser.parse_args(["--preset", "paper", "--data", str(data)])
     assert (denoiser.dropout, denoiser.lr, denoiser.warmup_steps, denoiser.warmup_start_lr) == (0.4, 1e-3, 4000, 1e-7)
-    assert finetune.parse_args(["--method", "composed", "--lr", "5e-4"]).lr == 5e-4
+    assert finetune.parse_args(["--method", "composed", "--lr", "5e-4", "--data", str(data)]).lr == 5e-4
+
+
+@pytest.mark.parametrize("method", ["standard", "bart", "composed"])
+def test_fine_tuning_trains_with_its_own_dropout_not_the_denoisers(data, tmp_path, monkeypatch, method):
+    """On the paper preset Pi trains with dropout 0.4; a predictor that starts from its weights trains with
+    its own row's 0.1 / 0.2 / 0.2 (the authors rebuild the model from the fine-tuning command)."""
+    spm = common.read_tokenizer_bytes(str(data))
+    paper = dict(vocab_size=150, d_model=256, n_heads=2, encoder_layers=3, decoder_layers=3, d_ff=1024)
+    pi = common.Transformer(common.TransformerConfig(**paper, dropout=0.4, attention_dropout=0.2,
+                                                     activation_dropout=0.2))
+    checkpoint = {"config": dataclasses.asdict(pi.config), "model": pi.state_dict(), "spm": spm, "method": "standard"}
+    common.save_checkpoint(str(tmp_path / "pi.pt"), checkpoint)
+    built = []
+    monkeypatch.setattr(common, "fit", lambda model, *args, **kwargs: built.append(model) or
+                        {"best_epoch": 1, "best_loss": 1.0})
+    monkeypatch.setattr(common, "load_checkpoint", lambda path, needs=(): checkpoint)  # bart reloads its stage
+    finetune.finetune(finetune.parse_args(["--method", method, "--preset", "paper", "--data", str(data),
+                                           "--denoiser", str(tmp_path / "pi.pt"), "--init", str(tmp_path / "pi.pt"),
+                                           "--out", str(tmp_path / method)]))
+    model = built[0]
+    assert torch.equal(model.embed.weight, pi.embed.weight)  # Pi's weights ...
+    layer = model.decoder[0]
+    assert (model.config.dropout, layer.dropout, layer.self_attention.dropout, layer.ffn.activation_dropout) == \
+        (0.1, 0.1, 0.2, 0.2)  # ... and the fine-tuning row's dropout
+
+
+def test_resume_without_a_last_checkpoint_says_so(data, tmp_path):
+    result = script("finetune.py", "--method", "baseline", "--preset", "smoke", "--data", data, "--out", tmp_path,
+                    "--epochs", "1", "--resume")
+    assert result.returncode == 0, result.stderr
+    assert f"there is no {tmp_path / 'last.pt'} yet, so this run starts at epoch 1" in result.stderr
