@@ -914,7 +914,7 @@ def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable,
         names = set(trainable)
         for name, parameter in model.named_parameters():
             parameter.requires_grad_(name in names)
-    rng = random.Random(f"{args.seed}-epoch {epoch}/{args.epochs}")  # the batch order
+    rng = random.Random(f"{args.seed}-batch order-{epoch}")  # the same for a seed's epoch, whatever --epochs
     n_batches = -(-len(pairs) // args.batch_size)
     meter = Progress(n_batches, f"epoch {epoch}/{args.epochs}", every_seconds=30)
     total, tokens, start = 0.0, 0, time.time()

@@ -310,6 +310,15 @@ def test_fine_tuning_trains_with_its_own_dropout_not_the_denoisers(data, tmp_pat
         (0.1, 0.1, 0.2, 0.2)  # ... and the fine-tuning row's dropout
 
 
+def test_an_epoch_trains_the_same_whatever_the_number_of_epochs(data, tmp_path):
+    """The batch order is the seed's and the epoch's: at a constant rate, epoch 1 of a 1-epoch run and of
+    a 2-epoch run see the same batches and end with the same loss."""
+    first = [epoch_losses(script("finetune.py", "--method", "baseline", "--preset", "smoke", "--data", data,
+                                 "--out", tmp_path / str(n), "--epochs", n, "--lr-schedule", "constant").stderr)[0]
+             for n in (1, 2)]
+    assert first[0] == first[1]
+
+
 def test_resume_without_a_last_checkpoint_says_so(data, tmp_path):
     result = script("finetune.py", "--method", "baseline", "--preset", "smoke", "--data", data, "--out", tmp_path,
                     "--epochs", "1", "--resume")
