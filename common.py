@@ -459,13 +459,15 @@ def other_type(type_, rng):
 
 
 def noisy_statement(statement, types, rng):
-    """One of a statement's noisy renderings ('' deletes it); `types` maps the outer variables to theirs.
+    """One of a statement's noisy renderings, as the authors' generator draws them (some leave it as it was);
+    `types` maps the outer variables to theirs.
 
         int v = x ;  int v ; v = x ;   another type, no type, or the two-statement form with another type
         int v ;                        another type
+        v = x ;                        unchanged ("its own type", rendered empty) or a random type before it
         v += x ;  v = min ( v , w ) ;  a type inserted before v: its own or a random one
-        cin >> v ;                     cin v ;  or  cin << v ;
-        cout << v ;                    deleted
+        cin >> v ;                     cin v ;  cin >> v ;  or  cin << v ;
+        cout << v ;                    deleted, leaving an empty statement ('')
         if ( c ) { ... }               noisy_swap
     """
     if m := re.fullmatch(r"(int|string|bool) (\S+) (?:= |; \2 = )(\S+) ;", statement):  # declared with a value
@@ -475,27 +477,26 @@ def noisy_statement(statement, types, rng):
     if m := re.fullmatch(r"(int|string|bool) (\S+) ;", statement):
         return f"{other_type(m[1], rng)} {m[2]} ;"
     if m := re.fullmatch(r"cin >> (\S+) ;", statement):
-        return rng.choice([f"cin {m[1]} ;", f"cin << {m[1]} ;"])
+        return rng.choice([f"cin {m[1]} ;", statement, f"cin << {m[1]} ;"])
     if statement.startswith("cout "):
         return ""
     if statement.startswith("if "):
         return noisy_swap(statement, rng)
     v = statement.split(" ")[0]
+    if v in types and re.fullmatch(r"\S+ = \S+ ;", statement):  # a plain assignment
+        return rng.choice([statement, f"{rng.choice(CPP_TYPES)} {statement}"])
     if v in types:  # an update of an outer variable
         return f"{rng.choice([types[v], rng.choice(CPP_TYPES)])} {statement}"
     return statement  # nothing we know how to noise
 
 
 def noisy_swap(statement, rng):
-    """An if-swap with its `temp` given no type or another one, or one of its block's declarations noised."""
+    """An if-swap noised whole: `temp` given no type or another one, and each declaration of its block (where
+    it declares the two variables it swaps) noised as a declaration with a value."""
     temp = re.search(r"(int|string|bool) (?=temp = )", statement)
-    declarations = re.finditer(r"(?<=~ )(int|string|bool) (\S+) (?:= \S+|; \2 = \S+) ;", statement)
-    sites = [site for site in (temp, *declarations) if site]
-    if not sites:
-        return statement
-    site = rng.choice(sites)
-    new = rng.choice(["", other_type(temp[1], rng) + " "]) if site is temp else noisy_statement(site[0], {}, rng)
-    return statement[:site.start()] + new + statement[site.end():]
+    statement = statement[:temp.start()] + rng.choice(["", other_type(temp[1], rng) + " "]) + statement[temp.end():]
+    return re.sub(r"(?<=~ )(int|string|bool) (\S+) (?:= \S+|; \2 = \S+) ;",
+                  lambda declaration: noisy_statement(declaration[0], {}, rng), statement)
 
 
 def corrupt_code(code, rng, max_statements=3):
@@ -509,7 +510,7 @@ def corrupt_code(code, rng, max_statements=3):
     types = {m[2]: m[1] for s in statements if (m := re.match(r"(int|string|bool) (\S+) ", s))}
     for i in sorted({rng.randrange(len(statements)) for _ in range(rng.randint(1, max_statements))}):
         statements[i] = noisy_statement(statements[i], types, rng)
-    return join_program(head, [s for s in statements if s], tail)
+    return join_program(head, statements, tail)  # a deleted print leaves its ` $ ` separators: `; $  $ cout`
 
 
 def delete_random_words(code, rng, p=0.15):

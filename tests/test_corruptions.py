@@ -24,7 +24,7 @@ PROGRAMS = read_lines("train.tgt")
 
 def renderings(statement, types):
     """Every noisy rendering the reference allows for one statement (written apart from common.py's code,
-    as the oracle it is checked against); '' is a deleted statement."""
+    as the oracle it is checked against); '' is a deleted print, and several leave the statement as it was."""
     if m := re.fullmatch(r"(int|string|bool) (\S+) (?:= |; \2 = )(\S+) ;", statement):  # declared with a value
         type_, v, x = m.groups()
         return {f"{v} = {x} ;"} | {f"{t} {v} = {x} ;" for t in TYPES if t != type_} | \
@@ -32,59 +32,53 @@ def renderings(statement, types):
     if m := re.fullmatch(r"(int|string|bool) (\S+) ;", statement):
         return {f"{t} {m[2]} ;" for t in TYPES if t != m[1]}
     if m := re.fullmatch(r"cin >> (\S+) ;", statement):
-        return {f"cin {m[1]} ;", f"cin << {m[1]} ;"}
+        return {f"cin {m[1]} ;", statement, f"cin << {m[1]} ;"}
     if statement.startswith("cout << "):
         return {""}
-    if statement.startswith("if "):  # temp with no type or another, or one block declaration noised
+    if statement.startswith("if "):  # noised whole: temp with no type or another, and every block declaration
         temp = re.search(r"(int|string|bool) temp", statement)
-        out = {statement.replace(temp[0], t + " temp") for t in TYPES if t != temp[1]}
-        out.add(statement.replace(temp[0], "temp"))
+        out = {statement.replace(temp[0], t + " temp") for t in TYPES if t != temp[1]} | \
+              {statement.replace(temp[0], "temp")}
         for declaration in re.findall(r"~ ([^~]*? ;)(?= ~| \w+ temp)", statement):
-            out |= {statement.replace(declaration, noisy) for noisy in renderings(declaration, {})}
+            out = {s.replace(declaration, noisy) for s in out for noisy in renderings(declaration, {})}
         return out
     v = statement.split(" ")[0]
+    if v in types and re.fullmatch(r"\S+ = \S+ ;", statement):  # a plain assignment: "its own type" is empty
+        return {statement} | {f"{t} {statement}" for t in TYPES}
     return {f"{t} {statement}" for t in TYPES} if v in types else set()
 
 
 def noised_statements(program, noisy):
-    """How many statements of `program` the noise changed, asserting each change is one the reference names."""
+    """How many statements of `program` the noise changed, asserting each change is one the reference names
+    (a deleted print leaves an empty statement, so the statements stay in place)."""
     _, statements, _ = common.split_program(program)
     _, left, _ = common.split_program(noisy)
+    assert len(left) == len(statements)
     types = {m[2]: m[1] for s in statements if (m := re.match(r"(int|string|bool) (\S+) ", s))}
-    changed = 0
-    for statement in statements:
-        if left and left[0] == statement:
-            left.pop(0)
-            continue
-        options = renderings(statement, types)
-        if "" in options:
-            changed += 1  # a deleted print (prints name distinct variables: no ambiguity)
-            continue
-        assert left and left[0] in options, f"{statement!r} became {left[:1]!r}"
-        left.pop(0)
-        changed += 1
-    assert not left
-    return changed
+    for statement, after in zip(statements, left):
+        assert after == statement or after in renderings(statement, types), f"{statement!r} became {after!r}"
+    return sum(after != statement for statement, after in zip(statements, left))
 
 
-def test_the_code_noise_changes_1_to_3_statements_in_9_programs_of_10():
+def test_the_code_noise_lands_on_the_released_denoiser_datas_statistics():
+    """The released denoiser data: 10-14% of its inputs unchanged, ~1.5 statements changed and ~37% with a
+    print deleted (counted over every noised program, unchanged ones included: see the README)."""
     rng = random.Random(0)
-    counts = [noised_statements(p, common.corrupt_code(p, rng)) for p in PROGRAMS for _ in range(2)]
-    unchanged = counts.count(0) / len(counts)
-    assert 0.07 < unchanged < 0.13  # 10% left clean (2000 draws: the std is 0.007)
+    noisy = [(p, common.corrupt_code(p, rng)) for p in PROGRAMS for _ in range(2)]
+    counts = [noised_statements(p, n) for p, n in noisy]
+    assert 0.11 < counts.count(0) / len(counts) < 0.16  # 10% left clean, and renderings that change nothing
     assert {1, 2, 3} <= set(counts) and max(counts) == 3
-    assert 1.6 < sum(counts) / (len(counts) - counts.count(0)) < 2.0  # 1-3 drawn with replacement: 1.85
+    assert 1.4 < sum(counts) / len(counts) < 1.6
+    deleted_print = sum(" $  $ " in n for _, n in noisy) / len(noisy)
+    assert 0.32 < deleted_print < 0.42
 
 
-def test_the_code_noise_deletes_prints_and_reaches_every_kind_of_statement():
+def test_the_code_noise_reaches_every_kind_of_statement():
     rng = random.Random(1)
-    noisy = [(p, common.corrupt_code(p, rng)) for p in PROGRAMS]
-    changed = [(p, n) for p, n in noisy if n != p]
-    deleted_print = sum(n.count("cout") < p.count("cout") for p, n in changed) / len(changed)
-    assert 0.25 < deleted_print < 0.5  # the released denoiser data: 37%
-    text = " ".join(n for _, n in changed)
-    for rendering in (r"cin << var_", r"cin var_", r"[{;] temp = ", r"~ var_\d = ",
-                      r"\$ (int|string|bool) var_\d (\+=|-=)", r"\$ (int|string|bool) var_\d = (min|max)"):
+    text = " ".join(common.corrupt_code(p, rng) for p in PROGRAMS)
+    for rendering in (r"cin << var_", r"cin var_", r"[{;] temp = ", r"~ var_\d = ", r"\$  \$",
+                      r"\$ (int|string|bool) var_\d (\+=|-=)", r"\$ (int|string|bool) var_\d = (min|max)",
+                      r"\$ (int|string|bool) var_\d = \S+ ; \$"):
         assert re.search(rendering, text), rendering
 
 
