@@ -580,7 +580,8 @@ def composed_loss(model, reward, src, tgt_in, tgt_out, *, samples: int, baseline
 
     with the frozen denoiser inside reward(y', y) = log p_beta(y | y') (denoiser_reward). The first term's
     gradient is REINFORCE's (Appendix D),  E_{y'}[ (log p_beta(y | y') - b) * grad log p_theta(y' | x) ],
-    from `samples` outputs per input and a baseline b (reinforce_baseline; b = 0 is the paper's). Both terms
+    from `samples` outputs per input and a baseline b (reinforce_baseline; b = 0 is the paper's); the released
+    code's variants of log p_theta(y'|x) are finetune.py's --clamp (sample_log_prob). Both terms
     are sums over a sequence's tokens divided by the batch's gold tokens, so lambda weighs them as Eq. 1 does;
     the composed term is then scaled by 0.1 (Appendix D: "roughly an order of magnitude larger")."""
     gold = [strip_special(row) for row in tgt_out.tolist()]
@@ -632,14 +633,6 @@ def composed_validation_loss(model, pi_loss, pairs, batch_size, device) -> float
 def denoiser_loss(denoiser, batch_size: int, device):
     """pi_loss for composed_validation_loss: -sum log p_beta(y | f(x)), Pi teacher-forced."""
     return lambda predicted: cross_entropy_sum(denoiser, predicted, batch_size, device)[0]
-
-
-# --- A variant: the released code's clamp (SPoC's error detector: make_spoc.py) ---------------
-
-def clamped_sample_log_probs(gamma: float = -50.0):
-    """The released code clamps log p_theta(y'|x) at gamma instead of the reward (--clamp sample), which
-    stops the gradient of samples less likely than e^gamma."""
-    return lambda *args: output_log_probs(*args).clamp(min=gamma)
 
 
 # ============================================================================

@@ -22,6 +22,7 @@ import os
 import sys
 
 import torch
+import torch.nn.functional as F
 
 import common
 import make_spoc
@@ -130,8 +131,9 @@ def parse_args(argv=None):
     composed.add_argument("--reinforce-baseline", choices=("batch", "leave-one-out", "none"), default="batch",
                           help="subtract the mean reward of the batch's other inputs (batch) or of the input's other "
                                "samples (leave-one-out, needs --samples 2 or more); none: the paper's estimator")
-    composed.add_argument("--clamp", choices=("reward", "sample"), default="reward",
-                          help="clamp log p_beta(y|y') (the paper's text) or log p_theta(y'|x) (its code) at gamma")
+    composed.add_argument("--clamp", choices=("reward", "sample", "padded-sample"), default="reward",
+                          help="clamp at gamma: log p_beta(y|y') (the paper's text), log p_theta(y'|x), or "
+                               "log p_theta(y'|x) summed over the batch's padded samples (the released code)")
     composed.add_argument("--gamma", type=float, default=-50.0)
     composed.add_argument("--composed-weight", type=float, default=0.1, help="scale of the composed term")
     composed.add_argument("--lam", type=float, default=1.0, help="lambda, the weight of the direct term")
@@ -224,7 +226,8 @@ def freeze_and_compose(model, denoiser, denoiser_checkpoint, tokenizer, val_pair
     denoiser.to(device).eval()  # eval: no dropout; Pi is a fixed function of its input
     denoiser.requires_grad_(False)
     reward = common.denoiser_reward(denoiser, args.gamma if args.clamp == "reward" else None)
-    sample_log_prob = common.output_log_probs if args.clamp == "reward" else common.clamped_sample_log_probs(args.gamma)
+    sample_log_prob = {"reward": common.output_log_probs, "sample": clamped_sample_log_probs(args.gamma),
+                       "padded-sample": padded_sample_log_probs(args.gamma)}[args.clamp]
     pi_loss = common.denoiser_loss(denoiser, args.batch_size, device)
     g = make_spoc.error_detector(denoiser_checkpoint)
     if g:  # SPoC's Pi leaves what compiles as it is (Appendix E)
@@ -240,6 +243,28 @@ def freeze_and_compose(model, denoiser, denoiser_checkpoint, tokenizer, val_pair
 
     return dict(loss_fn=loss_fn, validate=lambda model: common.composed_validation_loss(
         model, pi_loss, val_pairs, args.batch_size, device))
+
+
+# The released code's log p_theta(y'|x) in the REINFORCE term (--clamp sample, padded-sample); common.composed_loss
+# takes either in place of common.output_log_probs.
+
+def clamped_sample_log_probs(gamma: float = -50.0):
+    """--clamp sample: log p_theta(y'|x) clamped at gamma instead of the reward, which stops the gradient
+    of samples less likely than e^gamma."""
+    return lambda *args: common.output_log_probs(*args).clamp(min=gamma)
+
+
+def padded_sample_log_probs(gamma: float = -50.0):
+    """--clamp padded-sample, what the released code computes: log p_theta(y'|x) summed over every position
+    of the batch's samples padded to the longest, the padding after a sample's end scored as the padding
+    token (which f never learns to predict), then clamped at gamma. A sample shorter than the longest of its
+    batch is almost always clamped, and a clamped sample gets no gradient."""
+    def log_probs(model, memory, memory_mask, outputs, finished):
+        rows = [[common.BOS_ID] + ids + [common.EOS_ID] * done for ids, done in zip(outputs, finished)]
+        tgt = common.pad(rows).to(memory.device)
+        log_p = F.log_softmax(model.decode(tgt[:, :-1], memory, memory_mask).float(), dim=-1)  # nothing masked
+        return log_p.gather(-1, tgt[:, 1:, None]).squeeze(-1).sum(dim=1).clamp(min=gamma)
+    return log_probs
 
 
 def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict:

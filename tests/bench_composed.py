@@ -2,7 +2,10 @@
   1. the wall time of a composed training step (sample, score with the frozen denoiser, REINFORCE
      and direct terms, backward, AdamW) against a standard one (cross entropy, backward, AdamW);
   2. the variance of the REINFORCE gradient of Eq. 1's first term, for the paper's estimator
-     (no baseline) and for our baselines (leave-one-out, batch), with 1 and 2 samples.
+     (no baseline) and for our baselines (leave-one-out, batch), with 1 and 2 samples;
+  3. under the released code's estimator (--clamp padded-sample), the share of samples whose summed
+     log p_theta(y'|x) over the padded batch stays above gamma, i.e. that get a REINFORCE gradient at all,
+     in batches of the cpu preset's size (32 programs) and the paper preset's (176).
 
     python tests/bench_composed.py [--init runs/standard/model.pt] [--denoiser runs/denoiser/model.pt]
 
@@ -10,7 +13,9 @@ Last line: composed_step_vs_standard=X.X, for finetune.py's default number of sa
 costs the same; the number of samples sets the step's cost.)
 """
 import argparse
+import itertools
 import os
+import random
 import statistics
 import sys
 import time
@@ -50,6 +55,20 @@ def gradient_variance(model, loss_of_batch, n):
     return (grads - grads.mean(0)).pow(2).sum(1).mean().item(), grads.mean(0).norm().item()
 
 
+def share_with_a_gradient(model, pairs, batch_size, n_batches, gamma=-50.0) -> float:
+    """Of one sample per input, in n_batches random training batches, the share not clamped at gamma."""
+    log_probs = finetune.padded_sample_log_probs(gamma)
+    batches = common.batches(pairs, batch_size, random.Random(0))
+    kept = total = 0
+    for src, _, tgt_out in itertools.islice(batches, n_batches):
+        max_len = min(common.max_output_length(model, src), tgt_out.shape[1] + 16)  # as composed_loss samples
+        sampled, finished = common.sample_outputs(model, src, 1, max_len)
+        with torch.no_grad():
+            kept += int((log_probs(model, *model.encode(src), sampled, finished) > gamma).sum())
+        total += len(sampled)
+    return kept / total
+
+
 def ratio(a, b) -> str:
     """a / b to one decimal; a degenerate model (a smoke preset's, whose gradients may all be 0) gives 'n/a'."""
     return f"{a / b:.1f}" if b else "n/a"
@@ -64,6 +83,7 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--estimates", type=int, default=20, help="gradient estimates per estimator")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--share-batches", type=int, default=5, help="batches for the released estimator's share")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -79,7 +99,7 @@ def main():
     print(f"batch: {tuple(src.shape)} source, {tuple(tgt_out.shape)} target; "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters; {args.threads} threads")
 
-    default = finetune.parse_args(["--method", "composed"])  # the estimator finetune.py uses unless told
+    default = finetune.parse_args(["--method", "composed", "--data", args.data])  # finetune.py's default estimator
     estimators = [(1, "none"), (1, "batch"), (2, "none"), (2, "leave-one-out"), (2, "batch")]
 
     reward = common.denoiser_reward(denoiser)
@@ -106,6 +126,9 @@ def main():
     variance = {estimator: v for estimator, (v, _) in variances.items()}
     print(f"variance_reduction_leave_one_out={ratio(variance[2, 'none'], variance[2, 'leave-one-out'])} (2 samples); "
           f"variance_reduction_batch={ratio(variance[1, 'none'], variance[1, 'batch'])} (1 sample)")
+    shares = {size: share_with_a_gradient(model, pairs, size, args.share_batches) for size in (32, 176)}
+    print("released estimator (--clamp padded-sample), samples with a gradient: "
+          + ", ".join(f"{100 * share:.1f}% in batches of {size}" for size, share in shares.items()))
     print(f"default estimator: {default.samples} sample(s), baseline {default.reinforce_baseline}")
     print(f"composed_step_vs_standard={composed[default.samples] / standard:.1f}")
 

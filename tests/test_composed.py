@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import common
+import finetune
 import make_spoc
 
 VOCAB = 6  # PAD UNK BOS EOS + two words
@@ -112,3 +113,23 @@ def test_sampler_never_emits_padding_or_bos():
     outputs = model.generate(torch.tensor([[4, 5, common.EOS_ID]] * 64), max_len=5, sample=True)
     assert all(common.PAD_ID not in ids and common.BOS_ID not in ids for ids in outputs)
     assert any(outputs)  # and it still says something
+
+
+def test_the_released_estimator_scores_padding_and_clamps_the_shorter_samples():
+    """--clamp padded-sample: a sample shorter than its batch's longest is scored with the padding after it,
+    so its summed log p_theta(y'|x) falls below the longest one's and, past gamma, gets no gradient."""
+    model = tiny_model(0).eval()
+    with torch.no_grad():  # as a trained f: the padding token is far less likely than any other
+        model.decoder_norm.weight.zero_()
+        model.decoder_norm.bias.copy_(torch.eye(16)[0])  # so the logits are the embedding matrix's column 0
+        model.embed.weight[:, 0] = 0.0
+        model.embed.weight[common.PAD_ID, 0] = -30.0
+    outputs, finished = [[4, 5, 4, 5, 4, 5], [5, 4], [4, 4, 5, 5, 4, 4]], [True, True, False]
+    memory, mask = model.encode(torch.tensor([[4, 5, common.EOS_ID]] * 3))
+    plain = common.output_log_probs(model, memory, mask, outputs, finished)
+    padded = finetune.padded_sample_log_probs(gamma=-1e9)(model, memory, mask, outputs, finished)
+    assert padded[1] < plain[1] - 80 and padded[0] > plain[0] - 2  # the short one pays for its padding
+    gamma = float(padded[1] + padded[0]) / 2  # between the short sample's sum and the long one's
+    clamped = finetune.padded_sample_log_probs(gamma)(model, memory, mask, outputs, finished)
+    rows = [torch.autograd.grad(clamped[i], model.embed.weight, retain_graph=True)[0].abs().sum() for i in range(3)]
+    assert clamped[1] == gamma and rows[1] == 0 and rows[0] > 0
