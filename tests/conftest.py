@@ -1,10 +1,11 @@
-"""Make the scripts importable from any working directory, and keep tests on one thread:
-the models are tiny, and torch's thread pool slows them down badly when the two cores are
-shared with g++ or another job."""
+"""Make the scripts importable from any working directory, and keep tests on one thread, in this process
+and in the scripts they start (which inherit OMP_NUM_THREADS): the models are tiny, and torch's thread pool
+slows them down badly when the two cores are shared with g++ or another job."""
 import os
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
