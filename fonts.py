@@ -38,7 +38,7 @@ PAPER = {("direct", None): 0.193, ("composed", "blur"): 0.171, ("composed", "emb
          ("composed", "contrast"): 0.172, ("composed+dropout", "blur"): 0.165}
 
 PRESETS = {   # flags left unset take their value from the preset
-    "denoiser": {   # cpu: the validation MSE stops falling after ~1000 steps (README, learning curves)
+    "denoiser": {   # cpu: the validation MSE stops falling after ~1000 steps (EXPERIMENTS.md, learning curves)
         "cpu":   dict(width=32, unet_dropout=0.0, steps=1200, batch_size=128, lr=2e-3),
         "paper": dict(width=64, unet_dropout=0.5, steps=27000, batch_size=256, lr=2e-4),  # 2 epochs, ~3.5M glyphs
         "smoke": dict(width=4, unet_dropout=0.0, steps=3, batch_size=8, lr=1e-3),
