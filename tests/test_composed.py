@@ -129,7 +129,7 @@ def test_the_released_estimator_scores_padding_and_clamps_the_shorter_samples():
     plain = common.output_log_probs(model, memory, mask, outputs, finished)
     padded = finetune.padded_sample_log_probs(gamma=-1e9)(model, memory, mask, outputs, finished)
     assert padded[1] < plain[1] - 80 and padded[0] > plain[0] - 2  # the short one pays for its padding
-    gamma = float(padded[1] + padded[0]) / 2  # between the short sample's sum and the long one's
+    gamma = (padded[1] + padded[0]).item() / 2  # between the short sample's sum and the long one's
     clamped = finetune.padded_sample_log_probs(gamma)(model, memory, mask, outputs, finished)
     rows = [torch.autograd.grad(clamped[i], model.embed.weight, retain_graph=True)[0].abs().sum() for i in range(3)]
     assert clamped[1] == gamma and rows[1] == 0 and rows[0] > 0
