@@ -211,13 +211,17 @@ METHOD_ORDER = ("baseline", "standard", "composed", "bart", "composed+bart", "ba
                 "composed+backtranslation")
 
 
+def is_predictor(path: str) -> bool:
+    return os.path.isfile(path) and common.load_checkpoint(path, needs=("role",))["role"] == "predictor"
+
+
 def print_table(args):
     """One row per eval_*.json found; Relative is the accuracy relative to our standard fine-tuning
     (code-based denoiser, no test-time denoiser, same split), as the paper's Table 2 computes it."""
     summaries, unevaluated = [], []
     for folder in args.table:
         paths = sorted(glob.glob(os.path.join(folder, "eval_*.json")))
-        if not paths:
+        if not paths and is_predictor(os.path.join(folder, "model.pt")):
             unevaluated.append(folder)
         for path in paths:
             with open(path) as f:

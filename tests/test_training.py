@@ -180,9 +180,12 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
         assert all(row["verdict"] in ("correct", "wrong_output", "compile_error", "runtime_error", "timeout")
                    for row in rows)
     assert "base" in rows[0]  # the denoised rows keep the base predictor's output too
-    table = script("evaluate.py", "--table", tmp_path, tmp_path / "nothing")
+    unevaluated = tmp_path / "unevaluated"
+    assert script("finetune.py", "--method", "baseline", "--preset", "smoke", "--data", data, "--out", unevaluated,
+                  "--epochs", "1").returncode == 0
+    table = script("evaluate.py", "--table", tmp_path, unevaluated, denoiser[0].parent)  # (a denoiser needs none)
     assert table.returncode == 0 and len(table.stdout.strip().splitlines()) == 4
-    assert table.stdout.strip().endswith(f"not evaluated (no eval_*.json): {tmp_path / 'nothing'}")
+    assert table.stdout.strip().endswith(f"not evaluated (no eval_*.json): {unevaluated}")
 
 
 def test_the_table_measures_relative_accuracy_against_the_first_standard_run(tmp_path, capsys):
