@@ -19,7 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "fixtures", "released")
 TINY = ["--num-labeled", "30", "--num-unlabeled", "100", "--num-eval", "20", "--vocab-size", "200", "--seed", "1"]
 SPLITS = ["train", "val", "test", "ood"]
-FILES = [f"{s}.{e}" for s in SPLITS for e in ("src", "tgt", "inp", "out")] + ["unlabeled.tgt", "spm.model", "dataset.json"]
+FILES = [f"{s}.{e}" for s in SPLITS for e in ("src", "tgt", "inp", "out")] + ["unlabeled.tgt", "spm.model",
+                                                                              "dataset.json"]
 
 
 def read_lines(path):
@@ -238,3 +239,14 @@ def test_describe_prints_the_statistics_of_existing_splits(capsys, tmp_path):
         make_sanstype.main(["--describe", str(tmp_path / "nothing")])
     assert stop.value.code == 2 and capsys.readouterr().err.strip() == \
         f"make_sanstype.py: error: missing file: {tmp_path / 'nothing'}.src"
+
+
+def test_small_data_gets_a_smaller_vocabulary_with_a_message(tmp_path, capsys):
+    """600 pieces need more text than 60 labeled and 200 unlabeled programs hold: the tokenizer takes as many
+    as the data supports, and says so, instead of failing."""
+    make_sanstype.main(["--out", str(tmp_path / "data"), "--num-labeled", "60", "--num-unlabeled", "200",
+                        "--num-eval", "20"])
+    out = capsys.readouterr().out
+    pieces = int(out.split("supports at most ")[1].split(" ")[0])
+    assert pieces < 600 and f"trained a {pieces}-piece" in out
+    assert common.load_tokenizer(open(tmp_path / "data" / "spm.model", "rb").read()).get_piece_size() == pieces
