@@ -18,6 +18,7 @@ import glob
 import math
 import os
 import string
+from collections import Counter
 
 import numpy as np
 import torch
@@ -52,18 +53,13 @@ PRESETS = {   # flags left unset take their value from the preset
 }
 
 
-# ============================================================================
-# Rendering real font files into 62 x 32 x 32 glyph arrays
-# ============================================================================
+# === Rendering real font files into 62 x 32 x 32 glyph arrays ===
 
 def find_font_files(dirs):
     """All .ttf/.otf/.ttc files under dirs, sorted, each real file once."""
-    paths = set()
-    for d in dirs:
-        for p in glob.glob(os.path.join(os.path.expanduser(d), "**", "*"), recursive=True):
-            if p.lower().endswith((".ttf", ".otf", ".ttc")) and os.path.isfile(p):
-                paths.add(os.path.realpath(p))
-    return sorted(paths)
+    return sorted({os.path.realpath(p) for d in dirs
+                   for p in glob.glob(os.path.join(os.path.expanduser(d), "**", "*"), recursive=True)
+                   if p.lower().endswith((".ttf", ".otf", ".ttc")) and os.path.isfile(p)})
 
 
 def open_faces(path, size):
@@ -99,24 +95,16 @@ def render_font(font, chars=CHARS, margin=1):
             return "missing (.notdef) glyph among 0-9A-Za-z"
         canvases.append(g)
     boxes = [(np.nonzero(g.any(0))[0], np.nonzero(g.any(1))[0]) for g in canvases]
-    top = min(r[0] for _, r in boxes)
-    bottom = max(r[-1] for _, r in boxes) + 1
+    top, bottom = min(r[0] for _, r in boxes), max(r[-1] for _, r in boxes) + 1
     widest = max(c[-1] + 1 - c[0] for c, _ in boxes)
     scale = (SIZE - 2 * margin) / max(bottom - top, widest)
     out = np.zeros((len(chars), SIZE, SIZE), np.uint8)
     for i, (g, (cols, _)) in enumerate(zip(canvases, boxes)):
         crop = Image.fromarray(g[top:bottom, cols[0]:cols[-1] + 1])
-        w = max(1, round(crop.width * scale))
-        h = max(1, round(crop.height * scale))
-        small = np.asarray(crop.resize((w, h), Image.BOX))   # BOX = area average: clean downscaling
+        w, h = (max(1, round(n * scale)) for n in crop.size)
         y, x = (SIZE - h) // 2, (SIZE - w) // 2
-        out[i, y:y + h, x:x + w] = small
+        out[i, y:y + h, x:x + w] = np.asarray(crop.resize((w, h), Image.BOX))  # BOX = area average: clean downscaling
     return out
-
-
-def font_name(font):
-    family, style = font.getname()
-    return f"{family} {style}".strip()
 
 
 class DuplicateFilter:
@@ -143,31 +131,28 @@ def cmd_render(args):
     paths = find_font_files(dirs)
     if not paths:
         raise common.UsageError(f"no .ttf/.otf/.ttc font files found in {dirs}")
-    glyphs, names, skipped = [], [], {}
-    dedup = DuplicateFilter(args.duplicate_mse)
-    log = common.Progress(len(paths), "font files")
-    n_faces = 0
+    glyphs, names, skipped, n_faces = [], [], Counter(), 0
+    dedup, log = DuplicateFilter(args.duplicate_mse), common.Progress(len(paths), "font files")
     for path in paths:
         try:
             faces = list(open_faces(path, args.render_size))
         except Exception:
             faces = []
         if not faces:
-            skipped["unreadable"] = skipped.get("unreadable", 0) + 1
+            skipped["unreadable"] += 1
+        n_faces += len(faces)
         for font in faces:
-            n_faces += 1
             g = render_font(font)
-            reason = g if isinstance(g, str) else None
-            if reason is None and not dedup.add(g):
-                reason = "near-duplicate of a kept font"
+            reason = g if isinstance(g, str) else None if dedup.add(g) else "near-duplicate of a kept font"
             if reason:
-                skipped[reason] = skipped.get(reason, 0) + 1
-                continue
-            glyphs.append(g)
-            names.append(f"{font_name(font)} ({os.path.basename(path)})")
+                skipped[reason] += 1
+            else:
+                family, style = font.getname()
+                glyphs.append(g)
+                names.append(f"{family} {style}".strip() + f" ({os.path.basename(path)})")
         log.step(extra=f"{len(names)} fonts kept")
     print(f"found {len(paths)} font files, {n_faces} faces; kept {len(names)} fonts")
-    for why, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
+    for why, n in skipped.most_common():
         print(f"  skipped {n:5d}: {why}")
     if not glyphs:
         raise common.UsageError("no usable font: each lacks some of the 62 glyphs 0-9A-Za-z")
@@ -178,37 +163,27 @@ def cmd_render(args):
     print(f"wrote {args.out}: {len(names)} fonts x {len(CHARS)} glyphs x {SIZE}x{SIZE}")
 
 
-# ============================================================================
-# The split: 100 labeled fonts x 62 chars -> 2500 train / 100 val / 3600 test;
-# every other font is unlabeled data for the denoiser
-# ============================================================================
+# === The split: 100 labeled fonts x 62 chars -> 2500 train / 100 val / 3600 test; the other fonts are unlabeled ===
 
 def make_split(n_fonts, labeled_fonts=100, n_train=2500, n_val=100, seed=0, verbose=True):
-    """Indices, from a fixed seed so that every subcommand sees the same split.
-
-    Returns dict(labeled=font ids, unlabeled=font ids, train/val/test=(font row, char) pairs),
-    where a font row indexes `labeled`."""
+    """Indices, from a fixed seed so that every subcommand sees the same split: dict(labeled=font ids,
+    unlabeled=font ids, train/val/test=(font row, char) pairs), where a font row indexes `labeled`."""
     if n_fonts < 2 * labeled_fonts:
         shrunk = max(1, n_fonts // 2)
         if verbose:
             print(f"note: only {n_fonts} usable fonts (the paper: ~56k, 100 of them labeled); "
                   f"using {shrunk} labeled fonts, {n_fonts - shrunk} unlabeled, and scaling the "
                   f"{n_train}/{n_val} train/val examples by {shrunk}/{labeled_fonts}")
-        n_train = max(1, n_train * shrunk // labeled_fonts)
-        n_val = max(1, n_val * shrunk // labeled_fonts)
+        n_train, n_val = (max(1, n * shrunk // labeled_fonts) for n in (n_train, n_val))
         labeled_fonts = shrunk
     n_pairs = labeled_fonts * len(CHARS)
     if n_train + n_val >= n_pairs:
         raise common.UsageError(f"{n_train} train + {n_val} val of {n_pairs} pairs leave none to test: lower --n-train")
     rng = np.random.default_rng(seed)
-    fonts = rng.permutation(n_fonts)
-    pairs = rng.permutation(n_pairs)
-
-    def as_pairs(p):  # flat indices -> (font, character) rows
-        return np.stack([p // len(CHARS), p % len(CHARS)], 1)
-    return dict(labeled=fonts[:labeled_fonts], unlabeled=fonts[labeled_fonts:],
-                train=as_pairs(pairs[:n_train]), val=as_pairs(pairs[n_train:n_train + n_val]),
-                test=as_pairs(pairs[n_train + n_val:]))
+    fonts, pairs = rng.permutation(n_fonts), rng.permutation(n_pairs)
+    pairs = np.stack([pairs // len(CHARS), pairs % len(CHARS)], 1)   # flat indices -> (font row, character)
+    return dict(labeled=fonts[:labeled_fonts], unlabeled=fonts[labeled_fonts:], train=pairs[:n_train],
+                val=pairs[n_train:n_train + n_val], test=pairs[n_train + n_val:])
 
 
 def unseen_images_seen(denoiser_split, n_unlabeled, split):
@@ -245,34 +220,23 @@ def labeled_examples(glyphs, split, part):
     return torch.from_numpy(pairs[:, 0]), torch.from_numpy(pairs[:, 1]), to_float(images)
 
 
-# ============================================================================
-# Corruptions the denoiser learns to undo (the paper's, applied with Pillow)
-# ============================================================================
+CORRUPTIONS = {   # what the denoiser learns to undo: the paper's corruptions, applied with Pillow
+    "blur": lambda img, rng: img.filter(ImageFilter.GaussianBlur(rng.uniform(0, 2))),   # radius ~ U[0, 2]
+    "emboss": lambda img, rng: img.filter(ImageFilter.EMBOSS),
+    "contrast": lambda img, rng: ImageEnhance.Contrast(img).enhance(0.5),   # halved around the image's mean gray
+}
+
 
 def corrupt(image, kind, rng):
     """One uint8 32x32 glyph -> its corrupted version."""
-    img = Image.fromarray(image)
-    if kind == "blur":        # Gaussian blur, radius ~ U[0, 2]
-        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0, 2)))
-    elif kind == "emboss":
-        img = img.filter(ImageFilter.EMBOSS)
-    elif kind == "contrast":  # halve the contrast around the image's mean gray
-        img = ImageEnhance.Contrast(img).enhance(0.5)
-    else:
-        raise ValueError(kind)
-    return np.asarray(img)
+    return np.asarray(CORRUPTIONS[kind](Image.fromarray(image), rng))
 
 
 def corrupt_batch(images, kind, rng):
     return np.stack([corrupt(im, kind, rng) for im in images])
 
 
-# ============================================================================
-# The predictor: (font, character) -> image, a 7-layer MLP (Appendix)
-# ============================================================================
-
-BN_EPS = 0.8   # the authors' batch-norm eps (GlyphMLP)
-
+# === The predictor: (font, character) -> image, a 7-layer MLP (Appendix) ===
 
 class GlyphMLP(nn.Module):
     """Character embedding (62-d) and font embedding (100-d), concatenated, then 7 linear
@@ -281,7 +245,7 @@ class GlyphMLP(nn.Module):
     The pre-norm variances are far below 0.8, so each batch norm only centres its input: the
     network stays in effect unnormalised, starts near a constant gray, and L2 really limits it."""
 
-    def __init__(self, n_fonts, dropout=0.0, bn_eps=BN_EPS):
+    def __init__(self, n_fonts, dropout=0.0, bn_eps=0.8):
         super().__init__()
         self.config = dict(n_fonts=n_fonts, dropout=dropout, bn_eps=bn_eps)
         self.char_emb = nn.Embedding(len(CHARS), 62)
@@ -304,21 +268,12 @@ def l2_penalty(model):
     return sum((p ** 2).sum() for name, p in model.named_parameters() if not name.endswith("bias"))
 
 
-def predict(f, pi, fonts, chars):
-    """The composed predictor Pi(f(x)); with pi=None the direct predictor f(x)."""
+def image_loss(f, pi, fonts, chars, targets, reduction="mean"):
+    """Squared error of the composed predictor Pi(f(x)), or with pi=None of the direct one f(x). Composed training
+    is Eq. 1 of the paper with lambda = 0: minimise ||Pi(f(x)) - y||^2 with Pi frozen. Images are continuous, so
+    the gradient flows through Pi by plain backprop (no REINFORCE)."""
     out = f(fonts, chars)
-    return out if pi is None else pi(out)
-
-
-def composed_image_loss(f, pi, fonts, chars, targets):
-    """Eq. 1 of the paper with lambda = 0: minimise ||Pi(f(x)) - y||^2 with Pi frozen.
-    Images are continuous, so the gradient flows through Pi by plain backprop (no REINFORCE)."""
-    return F.mse_loss(pi(f(fonts, chars)), targets)
-
-
-def direct_loss(f, fonts, chars, targets):
-    """The baseline: minimise ||f(x) - y||^2."""
-    return F.mse_loss(f(fonts, chars), targets)
+    return F.mse_loss(out if pi is None else pi(out), targets, reduction=reduction)
 
 
 def adam(params, lr):
@@ -328,10 +283,7 @@ def adam(params, lr):
 
 def freeze(model):
     """Eval mode (no dropout) and no gradients for the weights: Pi stays bit-identical."""
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model
+    return model.eval().requires_grad_(False)
 
 
 @torch.no_grad()
@@ -340,14 +292,11 @@ def batched_mse(f, pi, fonts, chars, targets, batch=512):
     f.eval()
     total = 0.0
     for i in range(0, len(targets), batch):
-        out = predict(f, pi, fonts[i:i + batch], chars[i:i + batch])
-        total += F.mse_loss(out, targets[i:i + batch], reduction="sum").item()
+        total += image_loss(f, pi, fonts[i:i + batch], chars[i:i + batch], targets[i:i + batch], "sum").item()
     return total / targets.numel()
 
 
-# ============================================================================
-# Plumbing: checkpoints
-# ============================================================================
+# === Checkpoints ===
 
 def load_fonts_checkpoint(path, kind):
     """common.load_checkpoint of a "denoiser" or a "predictor"; a missing one names the command that writes it."""
@@ -364,26 +313,22 @@ def build_denoiser(ckpt):
     pi = UNet(**ckpt["config"])
     try:
         pi.load_state_dict(ckpt["state_dict"])
-    except RuntimeError:   # the U-Net before the authors' head (biases, and the input passed to its last layer)
+    except RuntimeError:   # weights of a U-Net with other layers
         raise common.UsageError("a denoiser from an older fonts.py, whose U-Net differs: train it again")
     return freeze(pi)
 
 
 def build_predictor(ckpt):
-    f = GlyphMLP(**{"bn_eps": 1e-5, **ckpt["config"]})   # checkpoints without bn_eps had PyTorch's default
+    f = GlyphMLP(**{"bn_eps": 1e-5, **ckpt["config"]})   # a config without bn_eps means PyTorch's default
     f.load_state_dict(ckpt["state_dict"])
-    f.eval()
-    pi = build_denoiser(ckpt["denoiser"]) if ckpt["method"] == "composed" else None
-    return f, pi
+    return f.eval(), build_denoiser(ckpt["denoiser"]) if ckpt["method"] == "composed" else None
 
 
 def split_args(args):
     return dict(labeled_fonts=args.labeled_fonts, n_train=args.n_train, n_val=args.n_val, seed=args.split_seed)
 
 
-# ============================================================================
-# Pre-training the denoiser on unlabeled fonts
-# ============================================================================
+# === Pre-training the denoiser on unlabeled fonts; training a direct or a composed predictor ===
 
 @torch.no_grad()
 def denoised_mse(pi, corrupted, clean):
@@ -398,24 +343,22 @@ def cmd_denoiser(args):
     glyphs, _ = load_glyphs(args.data)
     split = make_split(len(glyphs), **split_args(args))
     unlabeled = split["unlabeled"][:args.unlabeled_fonts]          # None = all of them
-    train_pairs = split["train"]
+    train, val = split["train"], split["val"]
     # Unlabeled outputs: every glyph of the unlabeled fonts plus the labeled training images
     # (never the val/test images: Pi must not have seen the answers).
     clean = np.concatenate([glyphs[unlabeled].reshape(-1, SIZE, SIZE),
-                            glyphs[split["labeled"][train_pairs[:, 0]], train_pairs[:, 1]]])
-    val_clean = glyphs[split["labeled"][split["val"][:, 0]], split["val"][:, 1]]
+                            glyphs[split["labeled"][train[:, 0]], train[:, 1]]])
+    val_clean = glyphs[split["labeled"][val[:, 0]], val[:, 1]]
     val_in = to_float(corrupt_batch(val_clean, args.corruption, np.random.default_rng(1))).to(device)
     val_out = to_float(val_clean).to(device)
-    print(f"denoiser: {len(unlabeled)} unlabeled fonts + {len(train_pairs)} training images = "
+    print(f"denoiser: {len(unlabeled)} unlabeled fonts + {len(train)} training images = "
           f"{len(clean)} clean images; corruption {args.corruption}; {args.steps} steps of {args.batch_size}")
-
     pi = UNet(width=args.width, dropout=args.unet_dropout).to(device)
     opt = adam(pi.parameters(), args.lr)
     log = common.Progress(args.steps, "denoiser steps", every_seconds=0)   # a line every --log-every steps
     for step in range(1, args.steps + 1):
         batch = clean[rng.integers(len(clean), size=args.batch_size)]
-        x = to_float(corrupt_batch(batch, args.corruption, rng)).to(device)
-        y = to_float(batch).to(device)
+        x, y = to_float(corrupt_batch(batch, args.corruption, rng)).to(device), to_float(batch).to(device)
         pi.train()
         loss = F.mse_loss(pi(x), y)                  # learn Pi(corrupt(y)) = y
         opt.zero_grad(set_to_none=True)
@@ -431,25 +374,20 @@ def cmd_denoiser(args):
     print(f"wrote {args.out}")
 
 
-# ============================================================================
-# Training a direct or a composed predictor
-# ============================================================================
-
 def train_predictor(args, n_fonts, data, pi, l2, device):
     """Train one predictor with one L2 strength; returns (best val MSE, its checkpoint fields)."""
     torch.manual_seed(args.seed)
     f = GlyphMLP(n_fonts, dropout=args.dropout).to(device)
     opt = adam(f.parameters(), args.lr)
     fonts, chars, targets = data["train"]
+    # Drop the ragged last batch: a handful of examples would throw batch norm's statistics.
+    n_full = len(targets) // args.batch_size * args.batch_size or len(targets)
     best, best_state, bad_epochs = math.inf, None, 0
     log = common.Progress(args.epochs, f"  l2 {l2:g} epochs", every_seconds=0)   # a line every --log-every epochs
     for epoch in range(1, args.epochs + 1):
         f.train()
-        # Drop the ragged last batch: a handful of examples would throw batch norm's statistics.
-        n_full = len(targets) // args.batch_size * args.batch_size or len(targets)
         for idx in torch.randperm(len(targets), device=device)[:n_full].split(args.batch_size):
-            loss = (direct_loss(f, fonts[idx], chars[idx], targets[idx]) if pi is None
-                    else composed_image_loss(f, pi, fonts[idx], chars[idx], targets[idx]))
+            loss = image_loss(f, pi, fonts[idx], chars[idx], targets[idx])
             opt.zero_grad(set_to_none=True)
             (loss + l2 * l2_penalty(f)).backward()
             opt.step()
@@ -482,8 +420,7 @@ def cmd_train(args):
         pi = build_denoiser(pi_ckpt).to(device)
     print(f"{args.method}: {len(split['labeled'])} fonts, {len(data['train'][2])} train / "
           f"{len(data['val'][2])} val examples; L2 grid {args.l2}")
-    results = {}
-    best = (math.inf, None, None)
+    results, best = {}, (math.inf, None, None)
     for l2 in args.l2:   # tune the L2 strength on the validation set
         val, model = train_predictor(args, len(split["labeled"]), data, pi, l2, device)
         results[l2] = val
@@ -499,45 +436,39 @@ def cmd_train(args):
     print(f"wrote {args.out}")
 
 
-# ============================================================================
-# Evaluation: the test-MSE table, averaged over seeds
-# ============================================================================
+# === Evaluation: the test-MSE table, averaged over seeds ===
 
 def load_for_eval(path, glyphs, names):
     ckpt = load_fonts_checkpoint(path, "predictor")
     split = make_split(len(glyphs), **ckpt["split"], verbose=False)
     if [names[i] for i in split["labeled"]] != ckpt["labeled_names"]:
         raise common.UsageError(f"{path} was trained on other fonts than those in the glyphs file")
-    f, pi = build_predictor(ckpt)
-    return ckpt, split, f, pi
+    return (ckpt, split, *build_predictor(ckpt))
 
 
 def evaluate_checkpoint(path, glyphs, names, test_pi):
-    """One row of the table: a predictor's settings and its test MSE, of f(x) and of Pi(f(x)).
-    A composed model brings its own Pi; a direct one is denoised after training by `test_pi`."""
+    """One row of the table, printed and returned: a predictor's settings and its test MSE, of f(x) and of
+    Pi(f(x)). A composed model brings its own Pi; a direct one is denoised after training by `test_pi`."""
     ckpt, split, f, pi = load_for_eval(path, glyphs, names)
-    test = labeled_examples(glyphs, split, "test")
-    d = ckpt["denoiser"]          # a composed model's own Pi ...
+    test, own = labeled_examples(glyphs, split, "test"), ckpt["denoiser"]
+    d = own                       # a composed model's own Pi ...
     if d is None and test_pi:     # ... or, for a direct one, Pi applied after training
         d, pi = test_pi
-    row = dict(path=path, method=ckpt["method"], corruption=d["corruption"] if d else None,
-               unlabeled=ckpt["denoiser"]["unlabeled_fonts"] if ckpt["denoiser"] else None,
-               dropout=ckpt["config"]["dropout"], l2=ckpt["l2"], seed=ckpt["args"]["seed"],
-               n_train=len(split["train"]), n_test=len(test[2]),
-               f_mse=batched_mse(f, None, *test), pi_mse=batched_mse(f, pi, *test) if pi else None)
-    row["mse"] = row["pi_mse"] if ckpt["method"] == "composed" else row["f_mse"]   # what the predictor predicts
-    variant = row["method"] + ("+dropout" if row["dropout"] else "")
-    default_data = row["n_train"] == 2500 and not (ckpt["denoiser"] and
-                                                   ckpt["denoiser"]["args"]["unlabeled_fonts"] is not None)
-    row["paper"] = PAPER.get((variant, row["corruption"] if row["method"] == "composed" else None)) \
-        if default_data else None   # the sweeps' numbers: see the README
-    return row
-
-
-def setting(row):
-    """What a run is, apart from its seed: runs that share it are averaged."""
-    return (row["method"], row["corruption"] if row["method"] == "composed" else None, row["dropout"],
-            row["unlabeled"], row["n_train"])
+    composed = ckpt["method"] == "composed"
+    r = dict(method=ckpt["method"], corruption=d["corruption"] if d else None,
+             unlabeled=own["unlabeled_fonts"] if own else None, dropout=ckpt["config"]["dropout"], l2=ckpt["l2"],
+             seed=ckpt["args"]["seed"], n_train=len(split["train"]), n_test=len(test[2]),
+             f_mse=batched_mse(f, None, *test), pi_mse=batched_mse(f, pi, *test) if pi else None)
+    r["mse"] = r["pi_mse"] if composed else r["f_mse"]   # what the predictor predicts
+    variant = r["method"] + ("+dropout" if r["dropout"] else "")
+    default_data = r["n_train"] == 2500 and not (own and own["args"]["unlabeled_fonts"] is not None)
+    paper = PAPER.get((variant, r["corruption"] if composed else None)) if default_data else None  # sweeps: README
+    pi_mse = "-" if r["pi_mse"] is None else f"{r['pi_mse']:.4f}"
+    print(f"| {os.path.basename(path)} | {r['method']} | {r['corruption'] or '-'} | "
+          f"{'-' if r['unlabeled'] is None else r['unlabeled']} | {r['dropout']:g} | {r['l2']:g} | {r['seed']} | "
+          f"{r['n_train']} | {r['n_test']} | {r['f_mse']:.4f} | {pi_mse} | **{r['mse']:.4f}** | "
+          f"{'-' if paper is None else paper} |", flush=True)
+    return r
 
 
 def mean_std(xs):
@@ -555,8 +486,10 @@ def print_seed_summary(rows):
     """Mean ± std over seeds per setting (by training size, direct first), and composed - direct
     paired by seed (same training size)."""
     groups = {}
-    for r in rows:
-        groups.setdefault(setting(r), {})[r["seed"]] = r
+    for r in rows:   # a setting: what a run is apart from its seed
+        key = (r["method"], r["corruption"] if r["method"] == "composed" else None, r["dropout"], r["unlabeled"],
+               r["n_train"])
+        groups.setdefault(key, {})[r["seed"]] = r
     if all(len(g) < 2 for g in groups.values()):
         return
     print("\n| method | denoiser | dropout | unlabeled fonts | train | seeds | test MSE (mean ± std) | "
@@ -597,65 +530,42 @@ def cmd_evaluate(args):
     print("| checkpoint | method | denoiser | unlabeled fonts | dropout | L2 | seed | train | test | "
           "f(x) MSE | Pi(f(x)) MSE | test MSE | paper |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    rows = []
-    for path in paths:
-        r = evaluate_checkpoint(path, glyphs, names, test_pi)
-        rows.append(r)
-        pi_mse = "-" if r["pi_mse"] is None else f"{r['pi_mse']:.4f}"
-        print(f"| {os.path.basename(path)} | {r['method']} | {r['corruption'] or '-'} | "
-              f"{'-' if r['unlabeled'] is None else r['unlabeled']} | {r['dropout']:g} | {r['l2']:g} | {r['seed']} | "
-              f"{r['n_train']} | {r['n_test']} | {r['f_mse']:.4f} | {pi_mse} | **{r['mse']:.4f}** | "
-              f"{'-' if r['paper'] is None else r['paper']} |", flush=True)
+    rows = [evaluate_checkpoint(path, glyphs, names, test_pi) for path in paths]
     print_seed_summary(rows)
     if args.plot:
         plot_sweep(rows, args.plot)
     if samples:
-        save_samples(glyphs, names, direct, composed, args.png or "runs/fonts/samples.png", 0)
+        save_samples(glyphs, names, direct, composed, args.png or "runs/fonts/samples.png")
 
 
-# ============================================================================
-# Pictures: Figure 6's sweeps as line plots, Figure 5's glyph grid (Pillow only)
-# ============================================================================
+# === Pictures: Figure 6's sweeps as line plots, Figure 5's glyph grid (Pillow only) ===
 
-def plot_sweep(rows, png):
+def plot_sweep(rows, png, size=(520, 360), margin=(70, 40, 20, 50)):
     """Figure 6: test MSE against the number of labeled examples, or, when that is the same for
     every run, against the number of unlabeled fonts. One line per method (mean over seeds, bars
     from the lowest to the highest seed); direct ignores the denoiser, so it is drawn flat."""
     by_labeled = len({r["n_train"] for r in rows}) > 1
     x_of = (lambda r: r["n_train"]) if by_labeled else (lambda r: r["unlabeled"])
     xs = sorted({x_of(r) for r in rows if x_of(r) is not None})
-    lines = {}
-    for method in ("direct", "composed"):
-        points = {}
-        for r in rows:
-            if r["method"] == method:
-                for x in (xs if method == "direct" and not by_labeled else [x_of(r)]):
-                    points.setdefault(x, []).append(r["mse"])
-        if points:
-            lines[method] = sorted((x, np.mean(v), min(v), max(v)) for x, v in points.items())
+    points = {}   # method: {x: test MSEs}
+    for r in rows:
+        for x in (xs if r["method"] == "direct" and not by_labeled else [x_of(r)]):
+            points.setdefault(r["method"], {}).setdefault(x, []).append(r["mse"])
+    lines = {m: sorted((x, np.mean(v), min(v), max(v)) for x, v in points[m].items())   # (x, mean, low, high)
+             for m in ("direct", "composed") if m in points}
     if not xs or not lines:
         raise common.UsageError("--plot needs direct or composed checkpoints of a labeled or unlabeled sweep")
     xlabel = "labeled training examples" if by_labeled else "unlabeled fonts for the denoiser"
-    line_plot(png, "test MSE against " + xlabel, xlabel, xs, lines)
-    print(f"wrote {png}")
-
-
-def line_plot(png, title, xlabel, xs, lines, size=(520, 360), margin=(70, 40, 20, 50)):
-    """A small line chart: lines = {name: [(x, mean, low, high), ...]}, x placed by rank."""
     left, top, right, bottom = margin
+    w, h = size[0] - left - right, size[1] - top - bottom
     img = Image.new("RGB", size, "white")
-    draw = ImageDraw.Draw(img)
-    font = ImageFont.load_default(size=12)
-    lows = [p[2] for pts in lines.values() for p in pts]
-    highs = [p[3] for pts in lines.values() for p in pts]
-    y0, y1 = min(lows), max(highs)
+    draw, font = ImageDraw.Draw(img), ImageFont.load_default(size=12)
+    y0, y1 = min(p[2] for pts in lines.values() for p in pts), max(p[3] for pts in lines.values() for p in pts)
     pad = (y1 - y0) * 0.1 or 0.005
     y0, y1 = y0 - pad, y1 + pad
-    w, h = size[0] - left - right, size[1] - top - bottom
 
-    def to_px(x, y):
-        i = xs.index(x)
-        return left + (w * (i + 0.5) / len(xs)), top + h * (y1 - y) / (y1 - y0)
+    def to_px(x, y):   # x placed by rank
+        return left + (w * (xs.index(x) + 0.5) / len(xs)), top + h * (y1 - y) / (y1 - y0)
     for k in range(5):   # y ticks and grid
         y = y0 + (y1 - y0) * k / 4
         _, py = to_px(xs[0], y)
@@ -663,13 +573,11 @@ def line_plot(png, title, xlabel, xs, lines, size=(520, 360), margin=(70, 40, 20
         draw.text((left - 6, py), f"{y:.3f}", fill="black", font=font, anchor="rm")
     draw.rectangle([left, top, left + w, top + h], outline="black")
     for x in xs:
-        px, _ = to_px(x, y0)
-        draw.text((px, top + h + 6), str(x), fill="black", font=font, anchor="ma")
+        draw.text((to_px(x, y0)[0], top + h + 6), str(x), fill="black", font=font, anchor="ma")
     draw.text((left + w / 2, size[1] - 6), xlabel, fill="black", font=font, anchor="md")
-    draw.text((left + w / 2, 6), title, fill="black", font=font, anchor="ma")
-    colors = {"direct": (200, 60, 40), "composed": (30, 90, 200)}
+    draw.text((left + w / 2, 6), "test MSE against " + xlabel, fill="black", font=font, anchor="ma")
     for n, (name, pts) in enumerate(lines.items()):
-        color = colors.get(name, "gray")
+        color = {"direct": (200, 60, 40), "composed": (30, 90, 200)}[name]
         coords = [to_px(x, m) for x, m, _, _ in pts]
         if len(coords) > 1:
             draw.line(coords, fill=color, width=2)
@@ -679,6 +587,7 @@ def line_plot(png, title, xlabel, xs, lines, size=(520, 360), margin=(70, 40, 20
         draw.text((left + w - 10, top + 8 + 16 * n), name, fill=color, font=font, anchor="ra")  # top right: sweeps fall
     os.makedirs(os.path.dirname(png) or ".", exist_ok=True)
     img.save(png)
+    print(f"wrote {png}")
 
 
 def panel(images, title, in_train):
@@ -689,30 +598,28 @@ def panel(images, title, in_train):
     img = Image.new("RGB", (n_cols * (cell + pad) + pad, n_rows * (cell + pad) + pad + 20), "white")
     draw = ImageDraw.Draw(img)
     draw.text((4, 2), title, fill="black", font=ImageFont.load_default(size=14))
-    for r in range(n_rows):
-        for c in range(n_cols):
-            x, y = pad + c * (cell + pad), 20 + pad + r * (cell + pad)
-            glyph = Image.fromarray(255 - images[r, c]).resize((cell, cell), Image.NEAREST)  # black ink on white
-            img.paste(glyph.convert("RGB"), (x, y))
-            if in_train[r, c]:
-                draw.rectangle([x - 1, y - 1, x + cell, y + cell], outline=(160, 160, 160))
+    for r, c in np.ndindex(n_rows, n_cols):
+        x, y = pad + c * (cell + pad), 20 + pad + r * (cell + pad)
+        glyph = Image.fromarray(255 - images[r, c]).resize((cell, cell), Image.NEAREST)  # black ink on white
+        img.paste(glyph.convert("RGB"), (x, y))
+        if in_train[r, c]:
+            draw.rectangle([x - 1, y - 1, x + cell, y + cell], outline=(160, 160, 160))
     return img
 
 
-def save_samples(glyphs, names, direct_path, composed_path, png, seed):
+def save_samples(glyphs, names, direct_path, composed_path, png):
     """Figure 5: letters A-J of 10 random labeled fonts: target / direct / composed / base."""
     _, split, f_direct, _ = load_for_eval(direct_path, glyphs, names)
     ckpt, split_c, f_base, pi = load_for_eval(composed_path, glyphs, names)
     if not np.array_equal(split["labeled"], split_c["labeled"]):
         raise common.UsageError("direct and composed checkpoints use different labeled fonts")
     n = min(10, len(split["labeled"]))
-    rows = np.random.default_rng(seed).choice(len(split["labeled"]), n, replace=False)
+    rows = np.random.default_rng(0).choice(len(split["labeled"]), n, replace=False)
     cols = [CHARS.index(c) for c in "ABCDEFGHIJ"]
     font_ids, char_ids = torch.tensor(np.repeat(rows, 10)), torch.tensor(np.tile(cols, n))
 
     def to_u8(t):   # [-1, 1] model outputs -> uint8 glyphs, (fonts, letters, 32, 32)
         return ((t.numpy() + 1) * 127.5).round().clip(0, 255).astype(np.uint8).reshape(n, 10, SIZE, SIZE)
-
     with torch.no_grad():
         base = f_base(font_ids, char_ids)
         outs = [glyphs[split["labeled"][rows]][:, cols], to_u8(f_direct(font_ids, char_ids)),
@@ -729,23 +636,23 @@ def save_samples(glyphs, names, direct_path, composed_path, png, seed):
     print(f"wrote {png} (fonts: {', '.join(names[split['labeled'][r]] for r in rows[:3])}, ...)")
 
 
-# ============================================================================
-# Command line
-# ============================================================================
+# === Command line ===
 
 def main(argv=None):
     parser = common.ArgumentParser(prog="fonts.py", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-
     p = sub.add_parser("render", help="render 0-9A-Za-z of every usable font file")
     p.add_argument("--font-dir", action="append", default=[], help="extra folder of .ttf/.otf/.ttc (repeatable)")
     p.add_argument("--no-system-fonts", action="store_true", help="only look in --font-dir")
     p.add_argument("--render-size", type=int, default=64, help="font size in pixels before downscaling")
     p.add_argument("--duplicate-mse", type=float, default=0.003, help="closer than this to a kept font = duplicate")
     p.add_argument("--out", default="data/fonts/glyphs.npz")
-
-    def common_args(p):
+    denoiser = sub.add_parser("denoiser", help="pre-train the U-Net denoiser on unlabeled fonts")
+    train = sub.add_parser("train", help="train a direct or a composed predictor")
+    evaluate = sub.add_parser("evaluate", help="test MSE table and a sample grid like Figure 5")
+    for p in (denoiser, train, evaluate):
         p.add_argument("--data", default="data/fonts/glyphs.npz")
+    for p in (denoiser, train):
         p.add_argument("--preset", choices=["cpu", "paper", "smoke"], default="cpu")
         p.add_argument("--labeled-fonts", type=int, default=100)
         p.add_argument("--n-train", type=int, default=2500, help="labeled training examples")
@@ -756,35 +663,30 @@ def main(argv=None):
         p.add_argument("--lr", type=float)
         p.add_argument("--device", help="default: cuda if available, else cpu")
 
-    p = sub.add_parser("denoiser", help="pre-train the U-Net denoiser on unlabeled fonts")
-    common_args(p)
-    p.add_argument("--corruption", choices=["blur", "emboss", "contrast"], default="blur")
-    p.add_argument("--unlabeled-fonts", type=int, help="use only the first N unlabeled fonts (default: all)")
-    p.add_argument("--steps", type=int)
-    p.add_argument("--width", type=int, help="U-Net channels at the first level")
-    p.add_argument("--unet-dropout", type=float)
-    p.add_argument("--log-every", type=int, default=100)
-    p.add_argument("--out", default=DEFAULT_DENOISER)
+    denoiser.add_argument("--corruption", choices=list(CORRUPTIONS), default="blur")
+    denoiser.add_argument("--unlabeled-fonts", type=int, help="use only the first N unlabeled fonts (default: all)")
+    denoiser.add_argument("--steps", type=int)
+    denoiser.add_argument("--width", type=int, help="U-Net channels at the first level")
+    denoiser.add_argument("--unet-dropout", type=float)
+    denoiser.add_argument("--log-every", type=int, default=100)
+    denoiser.add_argument("--out", default=DEFAULT_DENOISER)
 
-    p = sub.add_parser("train", help="train a direct or a composed predictor")
-    common_args(p)
-    p.add_argument("--method", choices=["direct", "composed"], required=True)
-    p.add_argument("--denoiser", help=f"composed: the frozen Pi (default: {DEFAULT_DENOISER})")
-    p.add_argument("--l2", type=float, nargs="+", help="L2 strengths to try (tuned on validation)")
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--patience", type=int, help="stop after this many epochs without a better val MSE")
-    p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--out", help="default: runs/fonts/<method>.pt")
+    train.add_argument("--method", choices=["direct", "composed"], required=True)
+    train.add_argument("--denoiser", help=f"composed: the frozen Pi (default: {DEFAULT_DENOISER})")
+    train.add_argument("--l2", type=float, nargs="+", help="L2 strengths to try (tuned on validation)")
+    train.add_argument("--dropout", type=float, default=0.0)
+    train.add_argument("--epochs", type=int)
+    train.add_argument("--patience", type=int, help="stop after this many epochs without a better val MSE")
+    train.add_argument("--log-every", type=int, default=10)
+    train.add_argument("--out", help="default: runs/fonts/<method>.pt")
 
-    p = sub.add_parser("evaluate", help="test MSE table and a sample grid like Figure 5")
-    p.add_argument("checkpoints", nargs="*", help="predictor checkpoints (default: all in --runs)")
-    p.add_argument("--data", default="data/fonts/glyphs.npz")
-    p.add_argument("--runs", help="folder of the checkpoints (default: runs/fonts)")
-    p.add_argument("--png", help="Figure 5's grid of --runs' direct and composed.pt (default: runs/fonts/samples.png)")
-    p.add_argument("--denoiser", help=f"Pi applied after training to direct predictors' outputs (default: "
-                   f"{DEFAULT_DENOISER} if it exists; 'none': skip)")
-    p.add_argument("--plot", help="draw test MSE against the sweep's variable (Figure 6) into this PNG")
+    evaluate.add_argument("checkpoints", nargs="*", help="predictor checkpoints (default: all in --runs)")
+    evaluate.add_argument("--runs", help="folder of the checkpoints (default: runs/fonts)")
+    evaluate.add_argument("--png", help="Figure 5's grid of --runs' direct and composed.pt "
+                          "(default: runs/fonts/samples.png)")
+    evaluate.add_argument("--denoiser", help=f"Pi applied after training to direct predictors' outputs (default: "
+                          f"{DEFAULT_DENOISER} if it exists; 'none': skip)")
+    evaluate.add_argument("--plot", help="draw test MSE against the sweep's variable (Figure 6) into this PNG")
 
     args = parser.parse_args(argv)
     for key, value in PRESETS.get(args.cmd, {}).get(getattr(args, "preset", None), {}).items():

@@ -143,7 +143,7 @@ def test_composed_step_lowers_loss_and_leaves_denoiser_untouched():
     losses = []
     for _ in range(10):
         f.train()
-        loss = fonts.composed_image_loss(f, pi, font_ids, chars, targets)
+        loss = fonts.image_loss(f, pi, font_ids, chars, targets)
         opt.zero_grad()
         loss.backward()
         opt.step()
