@@ -26,9 +26,9 @@ import make_spoc
 # Every value a denoiser trains with, one row per dataset and preset; a flag overrides its column.
 # sanstype paper: the authors' fairseq command (Appendix C): 3+3 layers, 2 heads, dropout 0.4, 1e-3 after 4000
 #   warm-up updates from 1e-7, inverse-sqrt, ~16000 tokens (about 176 programs) an update, 50 epochs.
-# sanstype cpu: a smaller model at the peak rate for 12 epochs. Pi's training decides whether pre-training helps at all
-#   (EXPERIMENTS.md: standard and composed from Pi after 4, 8, 12 epochs). No attention or activation dropout on the CPU:
-#   their random masks took a third of a step.
+# sanstype cpu: a smaller model at the peak rate for 12 epochs. Pi's training decides whether pre-training helps at
+#   all (EXPERIMENTS.md: standard and composed from Pi after 4, 8, 12 epochs). No attention or activation dropout on
+#   the CPU: their random masks took a third of a step.
 # spoc paper: Appendix E (5+5 layers, 8 heads, dropout 0.4, "reasonable defaults from Guzman et al., 2019"); the
 #   authors' 9 epochs each hold every program 4 times (clean once, one corrupted line 3 times), i.e. 36 of ours,
 #   which corrupt 3 programs in 4 afresh every epoch; smoothing 0.2 for 5 of theirs, 0.1 for 1, then 0.
