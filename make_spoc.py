@@ -144,9 +144,6 @@ def read_test_cases(testcases: str, probid: str) -> list[tuple[str, str]]:
 # The noise follows Yasunaga & Liang (2020): random syntactic and semantic edits of one line, an insertion,
 # deletion or replacement of a keyword, an identifier or a symbol; 3 of every 4 training programs get one
 # such line, the rest stay as they are. Literals, indentation (`~`) and preprocessor lines stay untouched.
-# The authors follow Yasunaga & Liang (2020): random syntactic and semantic edits of one line, an insertion,
-# deletion or replacement of a keyword, an identifier or a symbol; 3 of every 4 training programs get one
-# such line, the rest stay as they are. Literals, indentation (`~`) and preprocessor lines stay untouched.
 CPP_KEYWORDS = ("int", "long", "double", "float", "char", "bool", "string", "void", "const", "unsigned", "auto",
                 "if", "else", "for", "while", "do", "return", "break", "continue", "struct")
 CPP_SYMBOLS = (";", ",", "(", ")", "{", "}", "[", "]", "=", "==", "!=", "<", ">", "<=", ">=", "<<", ">>", "+",
