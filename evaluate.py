@@ -112,7 +112,7 @@ def judge_predictions(args):
     if not os.path.isfile(args.predictions):
         raise common.UsageError(f"missing predictions file: {args.predictions}")
     programs = common.read_lines(args.predictions)
-    n, judge = load_judge(args.data, args.split)
+    n, judge_split = load_judge(args.data, args.split)
     if not programs:
         raise common.UsageError(f"empty predictions file: {args.predictions}")
     if len(programs) != n:
@@ -125,7 +125,7 @@ def judge_predictions(args):
         denoiser.to(common.pick_device(args.device))
         programs = common.denoise(denoiser, common.load_tokenizer(spm), programs, args.batch_size,
                                   make_spoc.error_detector(denoiser_checkpoint), progress=True)
-    verdicts = judge(programs)
+    verdicts = judge_split(programs)
     rows = [{"line": i + 1, **({"prediction": p} if denoised else {}), **v} for i, (p, v) in enumerate(zip(programs,
                                                                                                           verdicts))]
     write_jsonl(args.predictions + (".denoised" if denoised else "") + ".verdicts.jsonl", rows)
@@ -165,11 +165,11 @@ def evaluate_model(args):
 
     for split in (args.splits or default_splits(args.data)).split(","):
         sources = common.read_lines(os.path.join(args.data, f"{split}.src"))
-        _, judge = load_judge(args.data, split)
+        _, judge_split = load_judge(args.data, split)
         base = common.translate(model, tokenizer, sources, args.batch_size, progress=True)
         programs = common.denoise(denoiser, tokenizer, base, args.batch_size, error_free, progress=True) \
             if denoiser else base
-        verdicts = judge(programs)
+        verdicts = judge_split(programs)
         # Table 5's denoiser gets files of its own
         name = f"eval_{split}{'_denoised' if denoiser else ''}{'_random' if corruption == 'random' else ''}"
         rows = [{"line": i + 1, "prediction": p, **({"base": b} if denoiser else {}), **v}
