@@ -619,9 +619,9 @@ def reinforce_baseline(rewards, kind: str):
 
 @torch.no_grad()
 def composed_validation_loss(model, pi_loss, pairs, batch_size, device) -> float:
-    """Composed fine-tuning's early-stopping criterion, as in the paper: the cross entropy of the
-    composition Pi(f(x)) on the gold y, per gold token, where f decodes greedily and pi_loss(pairs of
-    (f(x), y)) is the denoiser's summed loss on them (denoiser_loss)."""
+    """Composed fine-tuning's early-stopping criterion: the cross entropy of the composition Pi(f(x)) on the
+    gold y, per gold token, where f decodes greedily (the authors' code scores a sampled f(x) instead) and
+    pi_loss(pairs of (f(x), y)) is the denoiser's summed loss on them (denoiser_loss)."""
     model.eval()
     predicted = []
     for src, _, tgt_out in batches(pairs, batch_size):

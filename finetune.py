@@ -15,7 +15,7 @@ Every run builds its model from its row of PRESETS (and flags) below. baseline a
 from random weights; standard and bart from the pre-trained denoiser's (--denoiser, default
 runs/denoiser/model.pt); composed from --init's, and keeps the denoiser frozen (a copy goes into its
 checkpoint, so evaluate.py applies it without being told). Every method keeps the epoch with the lowest
-validation loss (composed: of the composition Pi(f(x)), as in the paper).
+validation loss (composed: of the composition Pi(f(x)), f decoding greedily).
 """
 import argparse
 import os
