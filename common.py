@@ -11,7 +11,7 @@ Table of contents
   8. Command-line plumbing      one-line errors and progress lines with an ETA
 
 The judge (compile and run programs, safely and in batches) is judge.py, a module of its own; what only
-SPoC needs (its noise, test cases and error detector g) is in make_spoc.py.
+SPoC needs (its noise, test cases and error detector g) is in spoc.py.
 """
 
 import argparse
@@ -308,7 +308,8 @@ class Transformer(nn.Module):
     @torch.no_grad()
     def generate(self, src, max_len: int = 200, sample: bool = False, use_cache: bool = True, repeat: int = 1):
         """Greedy (or, with sample=True, ancestral) decoding of a batch, each sequence stopping at EOS: token ids
-        without BOS/EOS, `repeat` lists per source (one after another, the source encoded once)."""
+        without BOS/EOS, `repeat` lists per source (one after another, the source encoded once). use_cache=False
+        is for the tests and benches only: the slow reference the key/value cache is checked against."""
         memory, memory_mask = self.encode(src)
         memory, memory_mask = memory.repeat_interleave(repeat, 0), memory_mask.repeat_interleave(repeat, 0)
         B = memory.shape[0]
@@ -583,7 +584,8 @@ def composed_loss(model, reward, src, tgt_in, tgt_out, *, samples: int, baseline
     from `samples` outputs per input and a baseline b (reinforce_baseline; b = 0 is the paper's); the released
     code's variants of log p_theta(y'|x) are finetune.py's --clamp (sample_log_prob). Both terms
     are sums over a sequence's tokens divided by the batch's gold tokens, so lambda weighs them as Eq. 1 does;
-    the composed term is then scaled by 0.1 (Appendix D: "roughly an order of magnitude larger")."""
+    the composed term is then scaled by 0.1 (Appendix D: "roughly an order of magnitude larger"). max_len, the
+    samples' length limit, is for the tests only (by default: 16 tokens past the batch's longest gold program)."""
     gold = [strip_special(row) for row in tgt_out.tolist()]
     n_tokens = int((tgt_out != PAD_ID).sum())
     # A sample much longer than the longest gold program is wrong anyway: cutting it is part of the sampling
@@ -679,26 +681,23 @@ def load_model(path: str, spm: bytes, data: str, config: TransformerConfig | Non
     checkpoint = load_checkpoint(path)
     if checkpoint["spm"] != spm:
         raise UsageError(f"{path} and {data}/spm.model use different tokenizers: retrain one on the same data")
-    if config is None:
-        return model_from_checkpoint(checkpoint), checkpoint
+    theirs, ours = checkpoint["config"], asdict(config) if config else checkpoint["config"]
     architecture = ("vocab_size", "d_model", "n_heads", "encoder_layers", "decoder_layers", "d_ff")
-    theirs, ours = checkpoint["config"], asdict(config)
     differ = [f"{key} {theirs[key]} (this run: {ours[key]})" for key in architecture if theirs[key] != ours[key]]
     if differ:
         raise UsageError(f"{path} has {', '.join(differ)}: give this run its sizes (--layers, --d-model, ...)")
-    model = Transformer(config)
+    model = Transformer(TransformerConfig(**ours))
     model.load_state_dict(checkpoint["model"])
     return model, checkpoint
 
 
 # ============================================================================
-# 7. Training loop
+# 7. Training loop: flags and presets, batches, and fit() with early stopping
 # ============================================================================
-# Shared by train_denoiser.py and finetune.py: flags and presets, batches, and fit() with early stopping.
 
 def add_training_args(parser):
     """Flags shared by the training scripts. Those left at None take the value of the script's
-    preset row (apply_preset), so a flag given on the command line always wins."""
+    preset (apply_preset), so a flag given on the command line always wins."""
     parser.add_argument("--preset", choices=("cpu", "paper", "smoke"), default="cpu",
                         help="cpu (default): minutes on 2 cores; paper: the paper's sizes, for a GPU; smoke: tests")
     for flag, kind, text in [
@@ -725,20 +724,14 @@ def add_training_args(parser):
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt after an interrupt")
 
 
-# What a preset row of train_denoiser.py and finetune.py holds, in this order (each script adds its own columns).
-PRESET_COLUMNS = ("d_model", "n_heads", "layers", "d_ff", "dropout", "attention_dropout", "activation_dropout",
-                  "batch_size", "lr", "lr_schedule", "warmup_steps", "warmup_start_lr", "epochs", "patience",
-                  "label_smoothing")
-
-
-def apply_preset(parser, args, columns: tuple, row_of):
-    """Fill every flag left at None from row_of(the dataset --data's manifest names), a preset row of those
-    columns, and refuse bad numbers (one line, exit 2)."""
+def apply_preset(parser, args, preset_of):
+    """Set every flag left unset (None) to its value in preset_of(dataset), the script's preset for the dataset
+    --data's manifest names (a dict by flag name), then refuse bad numbers (one line, exit 2)."""
     try:
         args.dataset = read_dataset(args.data)
     except UsageError as error:
         parser.error(str(error))
-    for name, value in zip(columns, row_of(args.dataset), strict=True):
+    for name, value in preset_of(args.dataset).items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)
     for name in ("epochs", "batch_size", "patience", "d_model", "n_heads", "layers", "d_ff"):
@@ -748,17 +741,22 @@ def apply_preset(parser, args, columns: tuple, row_of):
             not all(0 <= p < 1 for p in (args.dropout, args.attention_dropout, args.activation_dropout)):
         parser.error("--lr must be positive, warm-up and weight decay not negative, dropouts within [0, 1)")
     try:
-        label_smoothing_at(1, args)
+        label_smoothing_at(1, args.label_smoothing)
     except ValueError:
         parser.error(f"--label-smoothing {args.label_smoothing!r}: a number, or VALUE:EPOCHS,...,VALUE")
     return args
 
 
-def label_smoothing_at(epoch: int, args) -> float:
+def settings(args) -> str:
+    """Every value a run uses, as its checkpoint's args hold them: for its first log line."""
+    return ", ".join(f"{name}={value}" for name, value in sorted(vars(args).items()))
+
+
+def label_smoothing_at(epoch: int, schedule: str) -> float:
     """--label-smoothing "0.2:100,0.1:25,0.05": 0.2 for 100 epochs, then 0.1 for 25, then 0.05 to the end
     (Appendix E: lowering the smoothing near the end improved every SPoC model); "0.1": 0.1 throughout."""
     start = 0
-    for stage in str(args.label_smoothing).split(","):
+    for stage in str(schedule).split(","):
         value, _, epochs = stage.partition(":")
         start += int(epochs) if epochs else 10 ** 9
         if epoch <= start:
@@ -833,28 +831,22 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     last.pt, for --resume) and stop after `args.patience` epochs without a better one. train_pairs_for_epoch(
     epoch) gives that epoch's (src, tgt) id pairs (the denoiser corrupts afresh each epoch); `trainable` may
     name the only parameters to train (BART's first stage); `extra` goes into every checkpoint. loss_fn(model,
-    src, tgt_in, tgt_out, args) is a batch's loss (default: sequence_loss), validate(model) the criterion
-    (default: validation_loss)."""
+    src, tgt_in, tgt_out, label_smoothing) is a batch's loss (default: sequence_loss), validate(model)
+    the criterion (default: validation_loss)."""
     device = pick_device(args.device)
     model.to(device)
+    loss_fn = loss_fn or (lambda model, src, tgt_in, tgt_out, smoothing:  # -log p(y | x) per target token
+                          sequence_loss(model(src, tgt_in), tgt_out, smoothing))
+    validate = validate or (lambda model: validation_loss(model, val_pairs, args.batch_size, device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay)
-    state = {"epoch": 0, "best_loss": float("inf"), "best_epoch": 0, "history": []}
     last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
-    last = None
-    if args.resume and os.path.exists(last_path):
-        last = load_checkpoint(last_path, needs=("model", "optimizer", "scheduler", "state", "rng"))
-        state = last["state"]
-    elif args.resume:
-        print(f"--resume: there is no {last_path} yet, so this run starts at epoch 1", file=sys.stderr)
+    last = checkpoint_to_resume(last_path) if args.resume else None
+    state = last["state"] if last else {"epoch": 0, "best_loss": float("inf"), "best_epoch": 0, "history": []}
     pairs = train_pairs_for_epoch(state["epoch"] + 1)  # the next epoch's, which also tell the schedule its length
-    steps_per_epoch = -(-len(pairs) // args.batch_size)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: learning_rate_factor(step, args, args.epochs * steps_per_epoch))
-    if last:  # (the optimizer's state after the scheduler's: it holds the rate the last step used)
-        model.load_state_dict(last["model"])
-        optimizer.load_state_dict(last["optimizer"])
-        scheduler.load_state_dict(last["scheduler"])
-        torch.set_rng_state(last["rng"]["torch"])
+    total_steps = args.epochs * -(-len(pairs) // args.batch_size)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, args, total_steps))
+    if last:
+        restore(last, model, optimizer, scheduler)
         print(f"resumed from {last_path} after epoch {state['epoch']}", file=sys.stderr)
 
     def checkpoint(**more):
@@ -863,12 +855,12 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     while state["epoch"] < args.epochs and state["epoch"] - state["best_epoch"] < args.patience:
         epoch = state["epoch"] + 1
         pairs = pairs or train_pairs_for_epoch(epoch)
-        epoch_args = argparse.Namespace(**{**vars(args), "label_smoothing": label_smoothing_at(epoch, args)})
-        train_loss = train_one_epoch(model, pairs, optimizer, scheduler, epoch_args, device, trainable, epoch,
-                                     loss_fn)
+        smoothing = label_smoothing_at(epoch, args.label_smoothing)
+        train_loss = train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable, epoch,
+                                     lambda *batch: loss_fn(*batch, smoothing))
         pairs = None
         with autocast(args.precision, device):
-            val_loss = validate(model) if validate else validation_loss(model, val_pairs, args.batch_size, device)
+            val_loss = validate(model)
         state["epoch"] = epoch
         state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss})
         improved = val_loss < state["best_loss"]
@@ -881,6 +873,23 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
         save_checkpoint(last_path, checkpoint(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
                                               state=state, rng={"torch": torch.get_rng_state()}))
     return state
+
+
+def checkpoint_to_resume(last_path: str) -> dict | None:
+    """--resume: the last epoch's checkpoint, or None (said on stderr) when there is none yet."""
+    if not os.path.exists(last_path):
+        print(f"--resume: there is no {last_path} yet, so this run starts at epoch 1", file=sys.stderr)
+        return None
+    return load_checkpoint(last_path, needs=("model", "optimizer", "scheduler", "state", "rng"))
+
+
+def restore(last: dict, model, optimizer, scheduler):
+    """Continue exactly where `last` stopped: weights, optimizer moments, the schedule's step, the random state.
+    (After the scheduler is built, which resets the rate: the optimizer's state holds the rate the last step used.)"""
+    model.load_state_dict(last["model"])
+    optimizer.load_state_dict(last["optimizer"])
+    scheduler.load_state_dict(last["scheduler"])
+    torch.set_rng_state(last["rng"]["torch"])
 
 
 def learning_rate_factor(step: int, args, total_steps: int) -> float:
@@ -902,21 +911,19 @@ def learning_rate_factor(step: int, args, total_steps: int) -> float:
     return warmup
 
 
-def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable, epoch: int, loss_fn) -> float:
+def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable, epoch: int, batch_loss) -> float:
     model.train()
     if trainable is not None:  # freeze the rest
         names = set(trainable)
         for name, parameter in model.named_parameters():
             parameter.requires_grad_(name in names)
     rng = random.Random(f"{args.seed}-batch order-{epoch}")  # the same for a seed's epoch, whatever --epochs
-    n_batches = -(-len(pairs) // args.batch_size)
-    meter = Progress(n_batches, f"epoch {epoch}/{args.epochs}", every_seconds=30)
+    meter = Progress(-(-len(pairs) // args.batch_size), f"epoch {epoch}/{args.epochs}", every_seconds=30)
     total, tokens, start = 0.0, 0, time.time()
     for src, tgt_in, tgt_out in batches(pairs, args.batch_size, rng):
         src, tgt_in, tgt_out = src.to(device), tgt_in.to(device), tgt_out.to(device)
         with autocast(args.precision, device):
-            loss = loss_fn(model, src, tgt_in, tgt_out, args) if loss_fn else \
-                sequence_loss(model(src, tgt_in), tgt_out, args.label_smoothing)
+            loss = batch_loss(model, src, tgt_in, tgt_out)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if args.clip_norm:

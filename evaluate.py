@@ -25,14 +25,13 @@ import json
 import os
 
 import common
-import finetune
 import judge
-import make_spoc
+import spoc
 
 # The paper's SansType numbers (compiled %, accuracy %) from Tables 1-4, all with the code-based
 # denoiser, keyed by (method, deep, test-time denoiser, split). deep: the 12-layer rows, which we
 # run as twice the preset's layers. Composed models always apply their denoiser.
-PAPER = {
+PAPER_TABLES = {
     ("baseline", False, False, "test"): (48.6, 36.6), ("baseline", False, False, "ood"): (37.2, 14.2),
     ("baseline", False, True, "test"): (76.4, 58.4), ("baseline", False, True, "ood"): (64.8, 29.0),
     ("baseline", True, False, "test"): (58.6, 41.6), ("baseline", True, False, "ood"): (48.2, 22.4),
@@ -52,7 +51,7 @@ PAPER = {
     ("composed", False, True, "testw"): (53.9, 38.1), ("composed", False, True, "testp"): (25.8, 15.4),
 }
 # Table 5: the denoiser pre-trained on random word deletions instead (6 layers).
-PAPER_RANDOM_DELETIONS = {
+PAPER_TABLE5 = {
     ("baseline", True, "test"): (64.4, 46.2),
     ("standard", False, "test"): (92.0, 81.2), ("standard", False, "ood"): (69.8, 54.0),
     ("composed", True, "test"): (94.8, 86.2), ("composed", True, "ood"): (75.6, 60.2),
@@ -62,8 +61,8 @@ PAPER_RANDOM_DELETIONS = {
 def paper_numbers(s: dict) -> tuple:
     if s["corruption"] == "random":
         key = (s["method"], s["denoised"], s["split"])
-        return (None, None) if s["deep"] else PAPER_RANDOM_DELETIONS.get(key, (None, None))
-    return PAPER.get((s["method"], s["deep"], s["denoised"], s["split"]), (None, None))
+        return (None, None) if s["deep"] else PAPER_TABLE5.get(key, (None, None))
+    return PAPER_TABLES.get((s["method"], s["deep"], s["denoised"], s["split"]), (None, None))
 
 
 def default_splits(data: str) -> str:
@@ -81,7 +80,7 @@ def load_judge(data: str, split: str):
     problems' test cases ({split}.cases.jsonl); a SansType split one stdin and gold output per program
     ({split}.inp, .out)."""
     if common.read_dataset(data) == "spoc":
-        cases = make_spoc.read_cases(data, split)
+        cases = spoc.read_cases(data, split)
         return len(cases), lambda programs: judge.judge_spoc_programs(programs, cases, progress=meter(split, cases))
     stdins = common.read_lines(os.path.join(data, f"{split}.inp"))
     expected = common.read_lines(os.path.join(data, f"{split}.out"))
@@ -124,7 +123,7 @@ def judge_predictions(args):
         denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
         denoiser.to(common.pick_device(args.device))
         programs = common.denoise(denoiser, common.load_tokenizer(spm), programs, args.batch_size,
-                                  make_spoc.error_detector(denoiser_checkpoint), progress=True)
+                                  spoc.error_detector(denoiser_checkpoint), progress=True)
     verdicts = judge_split(programs)
     rows = [{"line": i + 1, **({"prediction": p} if denoised else {}), **v} for i, (p, v) in enumerate(zip(programs,
                                                                                                           verdicts))]
@@ -153,14 +152,11 @@ def evaluate_model(args):
         denoiser_checkpoint = checkpoint["denoiser"]
         denoiser = common.model_from_checkpoint(denoiser_checkpoint)
     denoiser = denoiser.to(device) if denoiser else None
-    error_free = make_spoc.error_detector(denoiser_checkpoint) if denoiser else None  # SPoC's g
+    error_free = spoc.error_detector(denoiser_checkpoint) if denoiser else None  # SPoC's g
     method = checkpoint.get("method", "?")
     if method == "composed" and checkpoint.get("init_method") not in (None, "standard"):
         method += "+" + checkpoint["init_method"]
     layers = model.config.encoder_layers + model.config.decoder_layers
-    trained_with = checkpoint["args"]  # its preset's row: how many layers its size has (the 12-layer rows: twice)
-    row = finetune.PRESETS[common.read_dataset(args.data)][trained_with["preset"], method.split("+")[0]]
-    preset_layers = 2 * row[common.PRESET_COLUMNS.index("layers")]
     print(TABLE_HEADER)
 
     for split in (args.splits or default_splits(args.data)).split(","):
@@ -175,7 +171,7 @@ def evaluate_model(args):
         rows = [{"line": i + 1, "prediction": p, **({"base": b} if denoiser else {}), **v}
                 for i, (p, b, v) in enumerate(zip(programs, base, verdicts))]
         write_jsonl(os.path.join(os.path.dirname(args.model), name + ".jsonl"), rows)
-        summary = dict(summarize(verdicts), method=method, layers=layers, deep=layers >= 2 * preset_layers,
+        summary = dict(summarize(verdicts), method=method, layers=layers, deep=checkpoint.get("deep", False),
                        corruption=corruption, denoised=bool(denoiser), split=split,
                        model=args.model, denoiser=args.denoiser or ("(its own)" if denoiser else None))
         with open(os.path.join(os.path.dirname(args.model), name + ".json"), "w") as f:
@@ -196,7 +192,7 @@ def relative(accuracy, standard_accuracy):
 
 def table_row(s: dict, standard: dict | None) -> str:
     paper = paper_numbers(s)
-    paper_standard = PAPER.get(("standard", False, False, s["split"]), (None, None))
+    paper_standard = PAPER_TABLES.get(("standard", False, False, s["split"]), (None, None))
     ours = relative(100 * s["accuracy"], standard and 100 * standard["accuracy"])
     method = s["method"]
     run = s.get("run") or os.path.basename(os.path.dirname(s["model"]))  # the folder it was found in, if any

@@ -11,7 +11,7 @@
     python finetune.py --method standard --data data/spoc --denoiser runs/spoc/denoiser/model.pt \
         --out runs/spoc/standard                   # SPoC (make_spoc.py): its own presets (Appendix E)
 
-Every run builds its model from its row of PRESETS (and flags) below. baseline and backtranslation start
+Every run builds its model from its PRESETS entry (and flags) below. baseline and backtranslation start
 from random weights; standard and bart from the pre-trained denoiser's (--denoiser, default
 runs/denoiser/model.pt); composed from --init's, and keeps the denoiser frozen (a copy goes into its
 checkpoint, so evaluate.py applies it without being told). Every method keeps the epoch with the lowest
@@ -25,92 +25,77 @@ import torch
 import torch.nn.functional as F
 
 import common
-import make_spoc
+import spoc
 
 METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
-# Every value a predictor trains with, one row per dataset, preset and method; a flag overrides its column.
-# paper: the authors' fairseq commands: ~16000 tokens (about 176 programs) an update, inverse-sqrt after a warm-up that
-#   depends on the start (from scratch 400 updates from 5e-4, from Pi 150 from 1e-4, composed 90), 500 epochs from
-#   scratch, 300 fine-tuning (BART-style: 200 with only the encoder and embeddings training, then 100), composed at a
-#   tenth of the rate (f starts from a fine-tuned model, and the REINFORCE gradient is noisy).
-# cpu: smaller models and budgets that end long before the paper's, so each run anneals linearly to 0 by its last
-#   epoch: at a constant rate, 4 more epochs of the same standard model moved its test accuracy by 13 points.
-# spoc paper: Appendix E: 5+5 layers, 8 heads, dropout 0.4, FLoRes's recipe (1e-3 after 4000 updates from 1e-7,
-#   ~16000 tokens, about 90 programs, an update), 150 epochs with label smoothing 0.2 -> 0.1 -> 0.05, composed 20
-#   epochs at 0.05. spoc cpu: sized for the full release's 11355 programs, 11 times SansType's labeled pairs.
-# backtranslation trains a code-to-pseudocode model (reverse epochs), then a model on labeled + synthetic pairs
-#   (epochs), then fine-tunes that on the labeled pairs alone (labeled epochs).
+
+# Every value a predictor trains with, by (dataset, preset) and method: each preset's values shared by its methods,
+# then what a method changes. A flag given on the command line wins.
+# The authors' fairseq commands: ~16000 tokens (about 176 programs) an update, inverse-sqrt after a warm-up that
+# depends on the start (from scratch: 400 updates from 5e-4; from Pi: 150 from 1e-4), composed at a tenth of the
+# rate (Appendix D: f starts fine-tuned, and the REINFORCE gradient is noisy).
+SANSTYPE_PAPER = dict(
+    d_model=256, n_heads=2, layers=3, d_ff=1024, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
+    batch_size=176, lr=2e-3, lr_schedule="inverse-sqrt", warmup_steps=150, warmup_start_lr=1e-4,
+    epochs=300, patience=500, label_smoothing="0")
+# Minutes on 2 cores. Runs end long before the paper's, so each decays linearly to 0 by its last epoch: a run
+# stopped at a high constant rate is far from its best (EXPERIMENTS.md, "the recipe behind the results").
+SANSTYPE_CPU = dict(
+    d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
+    batch_size=32, lr=1e-3, lr_schedule="linear", warmup_steps=300, warmup_start_lr=0.0,
+    epochs=25, patience=8, label_smoothing="0")
+SMOKE = dict(  # the tests
+    d_model=32, n_heads=2, layers=1, d_ff=64, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
+    batch_size=8, lr=1e-3, lr_schedule="linear", warmup_steps=5, warmup_start_lr=0.0,
+    epochs=2, patience=2, label_smoothing="0")
+# Appendix E: 5+5 layers, 8 heads, dropout 0.4, FLoRes's recipe (1e-3 after 4000 updates from 1e-7, ~16000
+# tokens, about 90 programs, an update), label smoothing 0.2 -> 0.1 -> 0.05 (lowering it near the end helped).
+SPOC_PAPER = dict(
+    d_model=256, n_heads=8, layers=5, d_ff=1024, dropout=0.4, attention_dropout=0.2, activation_dropout=0.2,
+    batch_size=90, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7,
+    epochs=150, patience=150, label_smoothing="0.2:100,0.1:25,0.05")
+SPOC_CPU = dict(SANSTYPE_CPU, epochs=3, patience=3)  # sized for the full release, 11 times SansType's pairs
+
 PRESETS = {
-    # d_model, heads, layers (each side), d_ff, dropout, attention dropout, activation dropout, batch (programs),
-    # lr, schedule, warm-up updates, warm-up's first lr;
-    # epochs, patience, label smoothing (VALUE:EPOCHS,...), bart: frozen epochs, backtranslation: reverse epochs,
-    # labeled epochs, unlabeled programs given synthetic pseudocode (0: all)
-    "sanstype": {
-        ("paper", "baseline"):        (256, 2, 3, 1024, 0.1, 0.2, 0.2, 176, 2e-3, "inverse-sqrt", 400, 5e-4,
-                                       500, 500, "0", None, None, None,  None),
-        ("paper", "standard"):        (256, 2, 3, 1024, 0.1, 0.2, 0.2, 176, 2e-3, "inverse-sqrt", 150, 1e-4,
-                                       300, 500, "0", None, None, None,  None),
-        ("paper", "bart"):            (256, 2, 3, 1024, 0.1, 0.2, 0.2, 176, 2e-3, "inverse-sqrt", 150, 1e-4,
-                                       300, 500, "0",  200, None, None,  None),
-        ("paper", "composed"):        (256, 2, 3, 1024, 0.1, 0.2, 0.2, 176, 2e-4, "inverse-sqrt",  90,  0.0,
-                                       300, 500, "0", None, None, None,  None),
-        ("paper", "backtranslation"): (256, 2, 3, 1024, 0.1, 0.2, 0.2, 176, 2e-3, "inverse-sqrt", 400, 5e-4,
-                                       500, 500, "0", None,  500,  300,     0),
-        ("cpu", "baseline"):          (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-3, "linear",       300,  0.0,
-                                        60,   8, "0", None, None, None,  None),
-        ("cpu", "standard"):          (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-3, "linear",       300,  0.0,
-                                        25,   8, "0", None, None, None,  None),
-        ("cpu", "bart"):              (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-3, "linear",       300,  0.0,
-                                        25,   8, "0",   15, None, None,  None),
-        ("cpu", "composed"):          (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-4, "linear",       300,  0.0,
-                                         6,   8, "0", None, None, None,  None),
-        ("cpu", "backtranslation"):   (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-3, "linear",       300,  0.0,
-                                        12,   8, "0", None,   60,   25,  4000),
-        ("smoke", "baseline"):        ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-3, "linear",         5,  0.0,
-                                         2,   2, "0", None, None, None,  None),
-        ("smoke", "standard"):        ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-3, "linear",         5,  0.0,
-                                         2,   2, "0", None, None, None,  None),
-        ("smoke", "bart"):            ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-3, "linear",         5,  0.0,
-                                         2,   2, "0",    1, None, None,  None),
-        ("smoke", "composed"):        ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-4, "linear",         5,  0.0,
-                                         2,   2, "0", None, None, None,  None),
-        ("smoke", "backtranslation"): ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-3, "linear",         5,  0.0,
-                                         1,   2, "0", None,    2,    2,    16),
+    ("sanstype", "paper"): {
+        "baseline": dict(SANSTYPE_PAPER, warmup_steps=400, warmup_start_lr=5e-4, epochs=500),
+        "standard": SANSTYPE_PAPER,
+        "bart": dict(SANSTYPE_PAPER, frozen_epochs=200),  # 200 epochs with the encoder alone, then 100
+        "composed": dict(SANSTYPE_PAPER, lr=2e-4, warmup_steps=90, warmup_start_lr=0.0),
+        "backtranslation": dict(SANSTYPE_PAPER, warmup_steps=400, warmup_start_lr=5e-4, epochs=500,
+                                reverse_epochs=500, labeled_epochs=300, synthetic_programs=0),
     },
-    "spoc": {
-        ("paper", "baseline"):        (256, 8, 5, 1024, 0.4, 0.2, 0.2, 90, 1e-3, "inverse-sqrt", 4000, 1e-7,
-                                       150, 150, "0.2:100,0.1:25,0.05", None, None, None,  None),
-        ("paper", "standard"):        (256, 8, 5, 1024, 0.4, 0.2, 0.2, 90, 1e-3, "inverse-sqrt", 4000, 1e-7,
-                                       150, 150, "0.2:100,0.1:25,0.05", None, None, None,  None),
-        ("paper", "bart"):            (256, 8, 5, 1024, 0.4, 0.2, 0.2, 90, 1e-3, "inverse-sqrt", 4000, 1e-7,
-                                       150, 150, "0.2:100,0.1:25,0.05",  100, None, None,  None),
-        ("paper", "composed"):        (256, 8, 5, 1024, 0.4, 0.2, 0.2, 90, 1e-4, "inverse-sqrt", 4000, 1e-7,
-                                        20, 150, "0.05",                None, None, None,  None),
-        ("paper", "backtranslation"): (256, 8, 5, 1024, 0.4, 0.2, 0.2, 90, 1e-3, "inverse-sqrt", 4000, 1e-7,
-                                       150, 150, "0.2:100,0.1:25,0.05", None,  150,  150,     0),
-        ("cpu", "baseline"):          (128, 4, 2,  512, 0.1, 0.0, 0.0, 32, 1e-3, "linear",        300,  0.0,
-                                         6,   3, "0",                   None, None, None,  None),
-        ("cpu", "standard"):          (128, 4, 2,  512, 0.1, 0.0, 0.0, 32, 1e-3, "linear",        300,  0.0,
-                                         3,   3, "0",                   None, None, None,  None),
-        ("cpu", "bart"):              (128, 4, 2,  512, 0.1, 0.0, 0.0, 32, 1e-3, "linear",        300,  0.0,
-                                         4,   3, "0",                      2, None, None,  None),
-        ("cpu", "composed"):          (128, 4, 2,  512, 0.1, 0.0, 0.0, 32, 1e-4, "linear",        300,  0.0,
-                                         1,   3, "0",                   None, None, None,  None),
-        ("cpu", "backtranslation"):   (128, 4, 2,  512, 0.1, 0.0, 0.0, 32, 1e-3, "linear",        300,  0.0,
-                                         2,   3, "0",                   None,    6,    3,  4000),
-        ("smoke", "baseline"):        ( 32, 2, 1,   64, 0.1, 0.2, 0.2,  8, 1e-3, "linear",          5,  0.0,
-                                         2,   2, "0",                   None, None, None,  None),
-        ("smoke", "standard"):        ( 32, 2, 1,   64, 0.1, 0.2, 0.2,  8, 1e-3, "linear",          5,  0.0,
-                                         2,   2, "0",                   None, None, None,  None),
-        ("smoke", "bart"):            ( 32, 2, 1,   64, 0.1, 0.2, 0.2,  8, 1e-3, "linear",          5,  0.0,
-                                         2,   2, "0",                      1, None, None,  None),
-        ("smoke", "composed"):        ( 32, 2, 1,   64, 0.1, 0.2, 0.2,  8, 1e-4, "linear",          5,  0.0,
-                                         2,   2, "0",                   None, None, None,  None),
-        ("smoke", "backtranslation"): ( 32, 2, 1,   64, 0.1, 0.2, 0.2,  8, 1e-3, "linear",          5,  0.0,
-                                         1,   2, "0",                   None,    2,    2,    16),
+    ("sanstype", "cpu"): {
+        "baseline": dict(SANSTYPE_CPU, epochs=60),
+        "standard": SANSTYPE_CPU,
+        "bart": dict(SANSTYPE_CPU, frozen_epochs=15),
+        "composed": dict(SANSTYPE_CPU, lr=1e-4, epochs=6),
+        "backtranslation": dict(SANSTYPE_CPU, epochs=12, reverse_epochs=60, labeled_epochs=25,
+                                synthetic_programs=4000),
+    },
+    ("sanstype", "smoke"): {
+        "baseline": SMOKE,
+        "standard": SMOKE,
+        "bart": dict(SMOKE, frozen_epochs=1),
+        "composed": dict(SMOKE, lr=1e-4),
+        "backtranslation": dict(SMOKE, epochs=1, reverse_epochs=2, labeled_epochs=2, synthetic_programs=16),
+    },
+    ("spoc", "paper"): {
+        "baseline": SPOC_PAPER,
+        "standard": SPOC_PAPER,
+        "bart": dict(SPOC_PAPER, frozen_epochs=100),
+        "composed": dict(SPOC_PAPER, lr=1e-4, epochs=20, label_smoothing="0.05"),
+        "backtranslation": dict(SPOC_PAPER, reverse_epochs=150, labeled_epochs=150, synthetic_programs=0),
+    },
+    ("spoc", "cpu"): {
+        "baseline": dict(SPOC_CPU, epochs=6),
+        "standard": SPOC_CPU,
+        "bart": dict(SPOC_CPU, epochs=4, frozen_epochs=2),
+        "composed": dict(SPOC_CPU, lr=1e-4, epochs=1),
+        "backtranslation": dict(SPOC_CPU, epochs=2, reverse_epochs=6, labeled_epochs=3, synthetic_programs=4000),
     },
 }
-COLUMNS = (*common.PRESET_COLUMNS, "frozen_epochs", "reverse_epochs", "labeled_epochs", "synthetic_programs")
+PRESETS["spoc", "smoke"] = PRESETS["sanstype", "smoke"]
 
 
 def parse_args(argv=None):
@@ -122,11 +107,12 @@ def parse_args(argv=None):
                         help="pre-trained denoiser (standard, bart: the init; composed: the frozen Pi)")
     parser.add_argument("--out", help="output folder (default runs/<method>)")
     parser.add_argument("--frozen-epochs", type=int, help="bart: epochs with only the encoder training")
+    parser.add_argument("--reverse-epochs", type=int, help="backtranslation: epochs of the code-to-pseudocode model")
+    parser.add_argument("--labeled-epochs", type=int, help="backtranslation: epochs on the labeled pairs at the end")
     composed = parser.add_argument_group("composed fine-tuning (Eq. 1, Appendix D)")
     composed.add_argument("--init", default="runs/standard/model.pt", help="the base predictor's initialisation")
-    # One sample with the batch baseline for 6 cpu epochs validated level with two samples and leave-one-out for 4
-    # (3 seeds each, the same compute; EXPERIMENTS.md), and its step costs 3x a standard one instead of 5x. The
-    # paper's estimator (1 sample, none) diverged.
+    # One sample with the batch baseline: as good on validation as two samples at the same compute, and a step
+    # costs 3x a standard one instead of 5x (EXPERIMENTS.md, "the REINFORCE estimator").
     composed.add_argument("--samples", type=int, default=1, help="outputs sampled per input for REINFORCE")
     composed.add_argument("--reinforce-baseline", choices=("batch", "leave-one-out", "none"), default="batch",
                           help="subtract the mean reward of the batch's other inputs (batch) or of the input's other "
@@ -142,7 +128,7 @@ def parse_args(argv=None):
                         help="backtranslation: unlabeled programs to write pseudocode for (0: all)")
     common.add_training_args(parser)
     args = parser.parse_args(argv)
-    common.apply_preset(parser, args, COLUMNS, lambda dataset: PRESETS[dataset][args.preset, args.method])
+    common.apply_preset(parser, args, lambda dataset: PRESETS[dataset, args.preset][args.method])
     args.out = args.out or os.path.join("runs", args.method)
     if args.method == "bart" and not 0 <= args.frozen_epochs < args.epochs:
         parser.error(f"bart: --frozen-epochs ({args.frozen_epochs}) must be below --epochs ({args.epochs})")
@@ -186,24 +172,32 @@ def finetune(args):
     if args.labeled and args.labeled > len(train_pairs):
         raise common.UsageError(f"--labeled {args.labeled}: {args.data} has only {len(train_pairs)} labeled pairs")
     train_pairs = train_pairs[:args.labeled] if args.labeled else train_pairs
-    extra = {"spm": spm, "role": "predictor", "method": args.method}
-    fit = {}  # composed: its own loss and early-stopping criterion
+    unlabeled = os.path.join(args.data, "unlabeled.tgt")
+    if args.method == "backtranslation" and not os.path.isfile(unlabeled):  # SPoC: only if the user brought some
+        raise common.UsageError(f"backtranslation needs unlabeled code: missing {unlabeled} "
+                                "(SPoC: make_spoc.py --unlabeled TSV)")
+    # What evaluate.py needs to place the model in the paper's tables; deep: the 12-layer rows, which we run as
+    # twice the preset's layers.
+    extra = {"spm": spm, "role": "predictor", "method": args.method,
+             "deep": args.layers >= 2 * PRESETS[args.dataset, args.preset][args.method]["layers"]}
+    composed_training = {}  # composed: its own loss and early-stopping criterion
 
-    # Built from this run's row and flags; standard, bart and composed then take the weights they start from.
+    # Built from this run's preset and flags; standard, bart and composed then take the weights they start from.
     config = common.config_from_args(args, tokenizer.get_piece_size())
     if args.method in ("baseline", "backtranslation"):
         model = common.Transformer(config)
     elif args.method == "composed":
         model, init = common.load_model(args.init, spm, args.data, config)
         denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
-        fit.update(freeze_and_compose(model, denoiser, denoiser_checkpoint, tokenizer, val_pairs, args))
+        composed_training = freeze_and_compose(denoiser, denoiser_checkpoint, tokenizer, val_pairs, args)
         extra.update(init_method=init.get("method"), denoiser_corruption=denoiser_checkpoint.get("corruption"),
                      denoiser={key: denoiser_checkpoint.get(key) for key in ("config", "model", "error_detector")})
     else:
         model, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, config)
         extra.update(denoiser_corruption=denoiser_checkpoint.get("corruption"))
     print(f"{args.method}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
-          f"{len(train_pairs)} labeled pairs, {args.dataset} preset {args.preset}", file=sys.stderr)
+          f"{len(train_pairs)} labeled pairs, {args.dataset} preset {args.preset}\nsettings: {common.settings(args)}",
+          file=sys.stderr)
 
     if args.method == "backtranslation":
         state = backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra)
@@ -215,13 +209,14 @@ def finetune(args):
         state = common.fit(model, lambda epoch: train_pairs, val_pairs,
                            with_epochs(args, args.epochs - args.frozen_epochs), args.out, extra)
     else:
-        state = common.fit(model, lambda epoch: train_pairs, val_pairs, args, args.out, extra, **fit)
+        state = common.fit(model, lambda epoch: train_pairs, val_pairs, args, args.out, extra, **composed_training)
     print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}) -> "
           f"{os.path.join(args.out, 'model.pt')}")
 
 
-def freeze_and_compose(model, denoiser, denoiser_checkpoint, tokenizer, val_pairs, args) -> dict:
-    """Composed fine-tuning's loss and early-stopping criterion around the frozen denoiser Pi."""
+def freeze_and_compose(denoiser, denoiser_checkpoint, tokenizer, val_pairs, args) -> dict:
+    """Composed fine-tuning's loss and early-stopping criterion around the frozen denoiser Pi, as common.fit
+    takes them (loss_fn, validate)."""
     device = common.pick_device(args.device)
     denoiser.to(device).eval()  # eval: no dropout; Pi is a fixed function of its input
     denoiser.requires_grad_(False)
@@ -229,20 +224,19 @@ def freeze_and_compose(model, denoiser, denoiser_checkpoint, tokenizer, val_pair
     sample_log_prob = {"reward": common.output_log_probs, "sample": clamped_sample_log_probs(args.gamma),
                        "padded-sample": padded_sample_log_probs(args.gamma)}[args.clamp]
     pi_loss = common.denoiser_loss(denoiser, args.batch_size, device)
-    g = make_spoc.error_detector(denoiser_checkpoint)
+    g = spoc.error_detector(denoiser_checkpoint)
     if g:  # SPoC's Pi leaves what compiles as it is (Appendix E)
         error_free = lambda outputs: g(tokenizer.decode(outputs))  # noqa: E731 (on token ids)
-        reward = make_spoc.reward_with_error_detector(reward, error_free, args.gamma)
-        pi_loss = make_spoc.denoiser_loss_with_error_detector(pi_loss, error_free, args.gamma)
+        reward = spoc.reward_with_error_detector(reward, error_free, args.gamma)
+        pi_loss = spoc.denoiser_loss_with_error_detector(pi_loss, error_free, args.gamma)
 
-    def loss_fn(model, src, tgt_in, tgt_out, args):
-        return common.composed_loss(model, reward, src, tgt_in, tgt_out, samples=args.samples,
+    def loss_fn(f, src, tgt_in, tgt_out, label_smoothing):
+        return common.composed_loss(f, reward, src, tgt_in, tgt_out, samples=args.samples,
                                     baseline=args.reinforce_baseline, composed_weight=args.composed_weight,
-                                    lam=args.lam, label_smoothing=args.label_smoothing,
-                                    sample_log_prob=sample_log_prob)
+                                    lam=args.lam, label_smoothing=label_smoothing, sample_log_prob=sample_log_prob)
 
-    return dict(loss_fn=loss_fn, validate=lambda model: common.composed_validation_loss(
-        model, pi_loss, val_pairs, args.batch_size, device))
+    return dict(loss_fn=loss_fn, validate=lambda f: common.composed_validation_loss(
+        f, pi_loss, val_pairs, args.batch_size, device))
 
 
 # The released code's log p_theta(y'|x) in the REINFORCE term (--clamp sample, padded-sample); common.composed_loss
@@ -277,9 +271,6 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
     reverse_dir, mixed_dir = os.path.join(args.out, "reverse"), os.path.join(args.out, "mixed")
     swap = lambda pairs: [(y, x) for x, y in pairs]  # noqa: E731
     unlabeled = os.path.join(args.data, "unlabeled.tgt")
-    if not os.path.isfile(unlabeled):  # SPoC has unlabeled code only if the user brought some
-        raise common.UsageError(f"backtranslation needs unlabeled code: missing {unlabeled} "
-                                "(SPoC: make_spoc.py --unlabeled TSV)")
 
     print("backtranslation 1/3: code -> pseudocode on the labeled pairs", file=sys.stderr)
     reverse = common.Transformer(model.config)

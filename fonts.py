@@ -35,7 +35,7 @@ DEFAULT_DENOISER = "runs/fonts/denoiser.pt"
 FONT_DIRS = ["/usr/share/fonts", "/usr/local/share/fonts", "~/.fonts", "~/.local/share/fonts",
              "/Library/Fonts", "/System/Library/Fonts", "~/Library/Fonts", "C:/Windows/Fonts"]
 # The paper's numbers (test MSE on the [-1, 1] scale), Section 6.3 and Appendix Table.
-PAPER = {("direct", None): 0.193, ("composed", "blur"): 0.171, ("composed", "emboss"): 0.187,
+PAPER_TEST_MSE = {("direct", None): 0.193, ("composed", "blur"): 0.171, ("composed", "emboss"): 0.187,
          ("composed", "contrast"): 0.172, ("composed+dropout", "blur"): 0.165}
 
 PRESETS = {   # flags left unset take their value from the preset
@@ -462,7 +462,8 @@ def evaluate_checkpoint(path, glyphs, names, test_pi):
     r["mse"] = r["pi_mse"] if composed else r["f_mse"]   # what the predictor predicts
     variant = r["method"] + ("+dropout" if r["dropout"] else "")
     default_data = r["n_train"] == 2500 and not (own and own["args"]["unlabeled_fonts"] is not None)
-    paper = PAPER.get((variant, r["corruption"] if composed else None)) if default_data else None  # sweeps: README
+    # The paper's number only beside our runs on the paper's data sizes (the sweeps' are in the README).
+    paper = PAPER_TEST_MSE.get((variant, r["corruption"] if composed else None)) if default_data else None
     pi_mse = "-" if r["pi_mse"] is None else f"{r['pi_mse']:.4f}"
     print(f"| {os.path.basename(path)} | {r['method']} | {r['corruption'] or '-'} | "
           f"{'-' if r['unlabeled'] is None else r['unlabeled']} | {r['dropout']:g} | {r['l2']:g} | {r['seed']} | "

@@ -140,7 +140,9 @@ _RUN_CACHE: dict[tuple[str, str], RunResult] = {}
 def run_programs(programs: list[str], stdins: list[str], progress: Callable[[], None] | None = None,
                  jobs: int | None = None, cache: bool = True, share_units: bool = True) -> list[RunResult]:
     """Compile and run programs[i] on stdins[i] (an .inp line) on `jobs` cores (all), calling progress()
-    after each run. share_units=False compiles every program alone (slow; for checking the batching)."""
+    after each run. Results are remembered per (program, stdin) for the process's life. For the tests and
+    benches only: cache=False runs everything again, share_units=False compiles every program alone (slow; the
+    reference the batching is checked against)."""
     if len(programs) != len(stdins):
         raise ValueError(f"{len(programs)} programs but {len(stdins)} inputs")
     jobs = jobs or os.cpu_count() or 1
@@ -414,8 +416,9 @@ def judge_spoc_programs(programs: list[str], cases: list[list[tuple[str, str]]],
                         fast: bool = True) -> list[dict]:
     """One verdict per program: correct, wrong_output, compile_error, runtime_error or timeout;
     cases[i] holds the (stdin, expected stdout) pairs of program i's problem. A failed case's
-    number (from 0) is in "case". fast=False compiles every program alone, without the
-    precompiled header and with the default linker (slow; for checking the fast path)."""
+    number (from 0) is in "case". For the tests and benches only: fast=False compiles every program
+    alone, without the precompiled header and with the default linker (slow; the reference the fast path is
+    checked against)."""
     if len(programs) != len(cases):
         raise ValueError(f"{len(programs)} programs but {len(cases)} lists of test cases")
     jobs = jobs or os.cpu_count() or 1

@@ -36,7 +36,7 @@ SWEEP = dict(n=[3, 6, 12], delta=[0.25, 0.5, 0.75])
 COLORS = dict(target=(40, 40, 40), standard=(200, 60, 40), composed=(30, 90, 200), rounded=(240, 150, 0))
 
 
-def denoise(y):
+def round_to_integer(y):
     return torch.round(y)       # Π(y) = ⌊y⌉, the nearest valid output
 
 
@@ -76,11 +76,11 @@ def weight_penalty(net):
     return 0.5 * (net.a.square().sum() + net.w.square().sum())
 
 
-def standard_loss(f, y):
+def squared_loss(f, y):
     return (f - y).square().mean()
 
 
-def composed_loss(f, y, margin):
+def composed_hinge_loss(f, y, margin):
     # We train Π∘f, but ⌊·⌉ has no gradient. This hinge is zero exactly where |f(x) - y| <= margin < 1/2, so zero
     # surrogate loss means Π(f(x)) = f*(x) on every training point (and, as margin -> 1/2, the converse: the same
     # composed objective, less a little slack). Weight decay then picks the smallest-norm f among those: the
@@ -96,7 +96,7 @@ def paper_norm(net):
     return 0.5 * max(aw.abs().sum().item(), aw.sum().abs().item())
 
 
-def fit(loss, data, seed, hp):
+def fit_two_layer_net(loss, data, seed, hp):
     x, y = data["train"]
     net = TwoLayerReLU(hp["hidden"], x.min(), x.max(), y.mean(), torch.Generator().manual_seed(seed))
 
@@ -127,7 +127,7 @@ def min_norm_slope(n, delta, margin):
 def evaluate(name, net, data, n):
     row = dict(method=name, norm=paper_norm(net), first_wrong="-")
     for split, (x, y) in data.items():
-        error = (net(x) if name == "standard" else denoise(net(x))) - y
+        error = (net(x) if name == "standard" else round_to_integer(net(x))) - y
         wrong = error.abs() >= 0.5                                   # rounds to a wrong integer
         row[split] = (error.square().mean().item(), wrong.double().mean().item())
         if split == "extrapolation" and wrong.any():
@@ -138,8 +138,8 @@ def evaluate(name, net, data, n):
 
 def run(n, delta, seed, hp=HP):
     data = make_data(n, delta, seed, hp)
-    nets = dict(standard=fit(standard_loss, data, seed, hp),
-                composed=fit(lambda f, y: composed_loss(f, y, hp["margin"]), data, seed, hp))
+    nets = dict(standard=fit_two_layer_net(squared_loss, data, seed, hp),
+                composed=fit_two_layer_net(lambda f, y: composed_hinge_loss(f, y, hp["margin"]), data, seed, hp))
     return data, nets, [evaluate(name, net, data, n) for name, net in nets.items()]
 
 
@@ -167,7 +167,7 @@ def draw(png, data, nets, rows, n, delta, size=(560, 420), pad=(40, 30, 14, 36))
         for i in range(1, 2 * n + 1):
             pen.line([px(i - (1 - delta) / 2, i), px(i + (1 - delta) / 2, i)], fill=COLORS["target"], width=3)
         x = torch.cat([data["test"][0], data["extrapolation"][0]])
-        for xi, v in zip(x.tolist(), denoise(net(x)).tolist() if p == 1 else []):   # Π∘f where f* is defined,
+        for xi, v in zip(x.tolist(), round_to_integer(net(x)).tolist() if p == 1 else []):   # Π∘f where f* is defined,
             pen.rectangle([px(xi, v + 0.12), px(xi, v + 0.12)], outline=COLORS["rounded"], width=1)  # a bit above
         pen.line([px(x, y) for x, y in zip(grid.tolist(), net(grid).tolist())], fill=COLORS[row["method"]], width=2)
         for cx, cy in (px(x, round(x)) for x in data["train"][0].tolist()):
@@ -222,7 +222,7 @@ def main(argv=None):
                                    *(f"{r[split][0]:.4f}" for split in data), f"{r['extrapolation'][1]:.1%}",
                                    r["first_wrong"], f"{r['norm']:.2f}", f"{r['slope']:.3f}"] for r in rows])
         s, m, x, y = min_norm_slope(args.n, args.delta, HP["margin"]), HP["margin"], *data["extrapolation"]
-        straight = denoise(args.n - m + s * (x - args.n + (1 - args.delta) / 2)) != y   # least-norm f, kept straight
+        straight = round_to_integer(args.n - m + s * (x - args.n + (1 - args.delta) / 2)) != y  # least-norm f, straight
         print(f"paper: fits of f* on X have ‖f‖ >= (N-1)/δ = {(args.n - 1) / args.delta:.2f}; f(x) = x has ‖f‖ = 1\n"
               f"least-norm f with |f - f*| <= {m} on X: slope s* = {s:.3f} there, ‖f‖ = s*/2 = {s / 2:.3f}; kept "
               f"straight beyond N, its Π∘f is wrong on {straight.double().mean():.1%} of the extrapolation grid")

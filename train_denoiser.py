@@ -21,40 +21,42 @@ import torch
 
 import common
 import judge
-import make_spoc
+import spoc
 
-# Every value a denoiser trains with, one row per dataset and preset; a flag overrides its column.
-# sanstype paper: the authors' fairseq command (Appendix C): 3+3 layers, 2 heads, dropout 0.4, 1e-3 after 4000
-#   warm-up updates from 1e-7, inverse-sqrt, ~16000 tokens (about 176 programs) an update, 50 epochs.
-# sanstype cpu: a smaller model at the peak rate for 12 epochs. Pi's training decides whether pre-training helps at
-#   all (EXPERIMENTS.md: standard and composed from Pi after 4, 8, 12 epochs). No attention or activation dropout on
-#   the CPU: their random masks took a third of a step.
-# spoc paper: Appendix E (5+5 layers, 8 heads, dropout 0.4, "reasonable defaults from Guzman et al., 2019"); the
-#   authors' 9 epochs each hold every program 4 times (clean once, one corrupted line 3 times), i.e. 36 of ours,
-#   which corrupt 3 programs in 4 afresh every epoch; smoothing 0.2 for 5 of theirs, 0.1 for 1, then 0.
-#   spoc cpu: sized for the full release's 11355 programs on 2 cores.
+# Every value a denoiser trains with, by (dataset, preset); a flag given on the command line wins.
 PRESETS = {
-    # d_model, heads, layers (each side), d_ff, dropout, attention dropout, activation dropout, batch (programs),
-    # lr, schedule, warm-up updates, warm-up's first lr, epochs, patience;
-    # label smoothing (VALUE:EPOCHS,...), noise (--corruption), error detector g, programs (0: all)
-    ("sanstype", "paper"): (256, 2, 3, 1024, 0.4, 0.2, 0.2, 176, 1e-3, "inverse-sqrt", 4000, 1e-7, 50, 50,
-                            "0", "code", "none", 0),
-    ("sanstype", "cpu"):   (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-3, "constant",      300,  0.0, 12,  3,
-                            "0", "code", "none", 0),
-    ("sanstype", "smoke"): ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-3, "constant",        5,  0.0,  2,  2,
-                            "0", "code", "none", 64),
-    ("spoc", "paper"):     (256, 8, 5, 1024, 0.4, 0.2, 0.2,  90, 1e-3, "inverse-sqrt", 4000, 1e-7, 36, 36,
-                            "0.2:20,0.1:4,0.0", "line", "compile", 0),
-    ("spoc", "cpu"):       (128, 4, 2,  512, 0.1, 0.0, 0.0,  32, 1e-3, "constant",      300,  0.0,  4,  2,
-                            "0", "line", "compile", 0),
-    ("spoc", "smoke"):     ( 32, 2, 1,   64, 0.1, 0.2, 0.2,   8, 1e-3, "constant",        5,  0.0,  2,  2,
-                            "0", "line", "compile", 64),
+    # The authors' fairseq command (Appendix C): ~16000 tokens (about 176 programs) an update, inverse-sqrt.
+    ("sanstype", "paper"): dict(
+        d_model=256, n_heads=2, layers=3, d_ff=1024, dropout=0.4, attention_dropout=0.2, activation_dropout=0.2,
+        batch_size=176, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7,
+        epochs=50, patience=50, label_smoothing="0", corruption="code", error_detector="none", max_programs=0),
+    # Minutes on 2 cores. Pi's budget decides whether pre-training helps at all (EXPERIMENTS.md, "the denoiser's
+    # age and budget"); attention and activation dropout are off because their masks cost a third of a CPU step.
+    ("sanstype", "cpu"): dict(
+        d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
+        batch_size=32, lr=1e-3, lr_schedule="constant", warmup_steps=300, warmup_start_lr=0.0,
+        epochs=12, patience=3, label_smoothing="0", corruption="code", error_detector="none", max_programs=0),
+    ("sanstype", "smoke"): dict(  # the tests
+        d_model=32, n_heads=2, layers=1, d_ff=64, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
+        batch_size=8, lr=1e-3, lr_schedule="constant", warmup_steps=5, warmup_start_lr=0.0,
+        epochs=2, patience=2, label_smoothing="0", corruption="code", error_detector="none", max_programs=64),
+    # Appendix E: 5+5 layers, 8 heads, FLoRes's recipe; the authors' 9 epochs hold every program 4 times (clean
+    # once, one corrupted line 3 times), 36 of ours, which corrupt 3 programs in 4 afresh every epoch.
+    ("spoc", "paper"): dict(
+        d_model=256, n_heads=8, layers=5, d_ff=1024, dropout=0.4, attention_dropout=0.2, activation_dropout=0.2,
+        batch_size=90, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7,
+        epochs=36, patience=36, label_smoothing="0.2:20,0.1:4,0.0", corruption="line", error_detector="compile",
+        max_programs=0),
+    ("spoc", "cpu"): dict(  # sized for the full release's 11355 programs on 2 cores
+        d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
+        batch_size=32, lr=1e-3, lr_schedule="constant", warmup_steps=300, warmup_start_lr=0.0,
+        epochs=4, patience=2, label_smoothing="0", corruption="line", error_detector="compile", max_programs=0),
 }
-COLUMNS = (*common.PRESET_COLUMNS, "corruption", "error_detector", "max_programs")
+PRESETS["spoc", "smoke"] = dict(PRESETS["sanstype", "smoke"], corruption="line", error_detector="compile")
 CORRUPTIONS = {
     "code": lambda code, rng, args: common.corrupt_code(code, rng, args.num_corruptions),
     "random": lambda code, rng, args: common.delete_random_words(code, rng, args.deletion_probability),
-    "line": lambda code, rng, args: make_spoc.corrupt_code(code, rng),
+    "line": lambda code, rng, args: spoc.corrupt_one_line(code, rng),
 }
 
 
@@ -78,7 +80,7 @@ def parse_args(argv=None):
     parser.add_argument("--repair-programs", type=int, default=100, help="how many val programs to repair")
     common.add_training_args(parser)
     args = parser.parse_args(argv)
-    common.apply_preset(parser, args, COLUMNS, lambda dataset: PRESETS[dataset, args.preset])
+    common.apply_preset(parser, args, lambda dataset: PRESETS[dataset, args.preset])
     if args.error_detector == "compile" and args.dataset != "spoc":
         parser.error("--error-detector compile needs SPoC data (make_spoc.py)")
     if args.num_corruptions < 1 or not 0 <= args.deletion_probability <= 1:
@@ -104,11 +106,11 @@ def train(args):
     if not programs or not val:
         raise common.UsageError(f"no programs to train or validate on in {args.data}")
     corrupt = CORRUPTIONS[args.corruption]
-    spoc_cases = make_spoc.read_cases(args.data, "val") if args.dataset == "spoc" else None
+    spoc_cases = spoc.read_cases(args.data, "val") if args.dataset == "spoc" else None
 
     extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption,
              "error_detector": None if args.error_detector == "none" else args.error_detector}
-    error_free = make_spoc.error_detector(extra)  # g, as evaluate.py will read it back from the checkpoint
+    error_free = spoc.error_detector(extra)  # g, as evaluate.py will read it back from the checkpoint
 
     clean_ids = tokenizer.encode(programs)
     val_rng = random.Random(f"{args.seed}-val")  # the same corrupted val set every epoch and every run
@@ -136,7 +138,7 @@ def train(args):
     model = common.Transformer(common.config_from_args(args, tokenizer.get_piece_size()))
     print(f"denoiser: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
           f"{len(programs)} programs, {args.corruption} corruption, error detector {args.error_detector}, "
-          f"{args.dataset} preset {args.preset}", file=sys.stderr)
+          f"{args.dataset} preset {args.preset}\nsettings: {common.settings(args)}", file=sys.stderr)
     state = common.fit(model, train_pairs, val_pairs, args, args.out, extra, on_epoch=report_repairs)
     print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}) -> "
           f"{os.path.join(args.out, 'model.pt')}")

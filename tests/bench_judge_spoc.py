@@ -15,7 +15,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
 import judge  # noqa: E402
-import make_spoc  # noqa: E402
+import spoc  # noqa: E402
 
 
 def timed(programs, cases, **kwargs):
@@ -32,7 +32,7 @@ def main():
     args = parser.parse_args()
 
     programs = common.read_lines(os.path.join(args.data, f"{args.split}.tgt"))[:args.limit]
-    cases = make_spoc.read_cases(args.data, args.split)[:args.limit]
+    cases = spoc.read_cases(args.data, args.split)[:args.limit]
     plain, plain_seconds = timed(programs, cases, fast=False, jobs=1)
     fast, fast_seconds = timed(programs, cases)  # includes building the precompiled header
     assert fast == plain, [(i, a, b) for i, (a, b) in enumerate(zip(fast, plain)) if a != b]

@@ -75,8 +75,8 @@ def main():
           f"AVX512-BF16 or AMX to pay), {args.threads} threads, batch {BATCH} x {LENGTH} tokens a side")
     step = {}
     for size in ("paper", "cpu"):
-        row = dict(zip(common.PRESET_COLUMNS, finetune.PRESETS["sanstype"][size, "standard"]))
-        config = common.config_from_args(argparse.Namespace(**row), VOCAB)
+        preset = finetune.PRESETS["sanstype", size]["standard"]
+        config = common.config_from_args(argparse.Namespace(**preset), VOCAB)
         for precision in ("fp32", "bf16"):
             ours = step[size, precision] = seconds_per_step(common.Transformer(config), args.steps, precision)
             reference = seconds_per_step(TorchTransformer(config), args.steps, precision)

@@ -7,7 +7,7 @@ import torch
 
 import common
 import finetune
-import make_spoc
+import spoc
 
 VOCAB = 6  # PAD UNK BOS EOS + two words
 MAX_LEN = 2
@@ -58,7 +58,7 @@ def estimated_gradient(model, denoiser, src, gold, gamma, baseline, batch=250, d
     tgt = common.pad([[common.BOS_ID] + gold + [common.EOS_ID]] * batch)
     reward = common.denoiser_reward(denoiser, gamma)
     if error_free:
-        reward = make_spoc.reward_with_error_detector(reward, error_free, gamma)
+        reward = spoc.reward_with_error_detector(reward, error_free, gamma)
     for _ in range(draws):
         loss = common.composed_loss(model, reward, src.expand(batch, -1), tgt[:, :-1], tgt[:, 1:], samples=4,
                                     baseline=baseline, composed_weight=1.0, lam=0.0, max_len=MAX_LEN)

@@ -21,6 +21,7 @@ import evaluate
 import finetune
 import judge
 import make_spoc
+import spoc
 import train_denoiser
 from test_judge import HOSTILE, ROOT, processes_inside, quick_limits, write_outside_program  # noqa: F401
 
@@ -48,7 +49,7 @@ def data(tmp_path_factory):
 
 
 def split_programs(data, split):
-    return common.read_lines(os.path.join(data, f"{split}.tgt")), make_spoc.read_cases(str(data), split)
+    return common.read_lines(os.path.join(data, f"{split}.tgt")), spoc.read_cases(str(data), split)
 
 
 def test_make_spoc_writes_the_papers_format(data):
@@ -201,7 +202,7 @@ def test_spoc_noise_edits_one_line_in_3_programs_of_4(data):
     rng, changed, total = random.Random(0), 0, 0
     for _ in range(100):
         for program in programs:
-            noisy, total = make_spoc.corrupt_code(program, rng), total + 1
+            noisy, total = spoc.corrupt_one_line(program, rng), total + 1
             if noisy == program:
                 continue
             changed += 1
@@ -222,10 +223,10 @@ def indentation(tokens):
 def test_spoc_noise_leaves_literals_and_preprocessor_lines_alone():
     program = '#define N 5 $ int main ( ) { $ ~ string s = "a b ; c" ; $ ~ cout << s << N ; $ }'
     rng = random.Random(1)
-    noisy = [make_spoc.corrupt_code(program, rng) for _ in range(300)]
+    noisy = [spoc.corrupt_one_line(program, rng) for _ in range(300)]
     assert all(n.startswith("#define N 5 $ ") and '"a b ; c"' in n for n in noisy)
     assert len(set(noisy)) > 50  # and yet many different edits
-    assert make_spoc.corrupt_code(program, random.Random(7)) == make_spoc.corrupt_code(program, random.Random(7))
+    assert spoc.corrupt_one_line(program, random.Random(7)) == spoc.corrupt_one_line(program, random.Random(7))
 
 
 def test_spoc_presets_are_appendix_e(data):
@@ -236,15 +237,16 @@ def test_spoc_presets_are_appendix_e(data):
     assert (baseline.dropout, baseline.attention_dropout, baseline.activation_dropout, baseline.weight_decay) == \
         (0.4, 0.2, 0.2, 1e-4)
     assert (baseline.epochs, paper["standard"].epochs, paper["composed"].epochs) == (150, 150, 20)
-    assert [common.label_smoothing_at(e, baseline) for e in (1, 100, 101, 125, 126, 150)] == \
+    assert [common.label_smoothing_at(e, baseline.label_smoothing) for e in (1, 100, 101, 125, 126, 150)] == \
         [0.2, 0.2, 0.1, 0.1, 0.05, 0.05]
-    assert common.label_smoothing_at(20, paper["composed"]) == 0.05
+    assert common.label_smoothing_at(20, paper["composed"].label_smoothing) == 0.05
     denoiser = train_denoiser.parse_args(["--preset", "paper", "--data", data])
     assert (denoiser.corruption, denoiser.layers, denoiser.epochs) == ("line", 5, 36)
-    assert [common.label_smoothing_at(e, denoiser) for e in (20, 21, 24, 25, 36)] == [0.2, 0.1, 0.1, 0.0, 0.0]
-    sanstype = dict(zip(finetune.COLUMNS, finetune.PRESETS["sanstype"]["paper", "baseline"]))  # unchanged
+    assert [common.label_smoothing_at(e, denoiser.label_smoothing) for e in (20, 21, 24, 25, 36)] == \
+        [0.2, 0.1, 0.1, 0.0, 0.0]
+    sanstype = finetune.PRESETS["sanstype", "paper"]["baseline"]  # unchanged
     assert (sanstype["layers"], sanstype["n_heads"], sanstype["label_smoothing"]) == (3, 2, "0")
-    assert dict(zip(train_denoiser.COLUMNS, train_denoiser.PRESETS["sanstype", "paper"]))["corruption"] == "code"
+    assert train_denoiser.PRESETS["sanstype", "paper"]["corruption"] == "code"
 
 
 def test_the_denoiser_trains_on_spoc_code_and_repairs_a_file_of_programs(tmp_path, monkeypatch):

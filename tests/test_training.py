@@ -214,7 +214,7 @@ def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path):
     checkpoint = common.load_checkpoint(str(denoiser[0]))
     model, pi = common.model_from_checkpoint(checkpoint), common.model_from_checkpoint(checkpoint)
     before = {name: p.clone() for name, p in pi.state_dict().items()}
-    compose = finetune.freeze_and_compose(model, pi, checkpoint, tokenizer, pairs[:8], args)
+    compose = finetune.freeze_and_compose(pi, checkpoint, tokenizer, pairs[:8], args)
     state = common.fit(model, lambda epoch: pairs, pairs[:8], args, str(tmp_path), {}, **compose)
     assert len(state["history"]) == 2 and not pi.training
     assert all(p.grad is None and not p.requires_grad for p in pi.parameters())
@@ -274,7 +274,8 @@ def test_the_recipe_is_the_authors_in_every_preset(data):
         runs = {method: finetune.parse_args(["--method", method, "--preset", preset, "--data", str(data)])
                 for method in ("baseline", "standard", "composed")}
         runs["denoiser"] = train_denoiser.parse_args(["--preset", preset, "--data", str(data)])
-        assert all(common.label_smoothing_at(1, args) == 0 and args.clip_norm == 0 for args in runs.values())
+        assert all(common.label_smoothing_at(1, args.label_smoothing) == 0 and args.clip_norm == 0
+                   for args in runs.values())
         assert runs["composed"].lr == pytest.approx(runs["standard"].lr / 10)
     paper = {method: finetune.parse_args(["--method", method, "--preset", "paper", "--data", str(data)])
              for method in finetune.METHODS}
