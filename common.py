@@ -22,6 +22,7 @@ import math
 import os
 import random
 import re
+import shutil
 import sys
 import threading
 import time
@@ -95,11 +96,18 @@ def read_lines(path: str) -> list[str]:
 
 
 def read_tokenizer_bytes(data_dir: str) -> bytes:
+    """The bytes of a data folder's spm.model, checked to be a sentencepiece model."""
     path = os.path.join(data_dir, "spm.model")
     if not os.path.isfile(path):
         raise UsageError(f"missing {path}: make the data with make_sanstype.py or make_spoc.py")
     with open(path, "rb") as f:
-        return f.read()
+        model = f.read()
+    try:
+        load_tokenizer(model)
+    except RuntimeError:  # sentencepiece's parse errors name neither the file nor a way on
+        raise UsageError(f"{path} is not a sentencepiece model: make the data again with make_sanstype.py or "
+                         "make_spoc.py") from None
+    return model
 
 
 # Every data folder names its dataset in dataset.json (make_sanstype.py, make_spoc.py write it), so that the
@@ -674,11 +682,14 @@ def model_from_checkpoint(checkpoint: dict) -> Transformer:
     return model
 
 
-def load_model(path: str, spm: bytes, data: str, config: TransformerConfig | None = None):
-    """(model, checkpoint), refusing a checkpoint whose tokenizer is not the data's. With a config, the model
-    is built from it and takes only the checkpoint's weights: a fine-tuning stage trains with its own
-    dropouts, not those its starting point was trained with (the denoiser's 0.4 on the paper preset)."""
+def load_model(path: str, spm: bytes, data: str, role: str, config: TransformerConfig | None = None):
+    """(model, checkpoint), refusing a checkpoint of another role ("denoiser" or "predictor") or whose tokenizer
+    is not the data's. With a config, the model is built from it and takes only the checkpoint's weights: a
+    fine-tuning stage trains with its own dropouts, not those its starting point was trained with."""
     checkpoint = load_checkpoint(path)
+    if checkpoint.get("role") != role:
+        raise UsageError(f"{path} is a {checkpoint.get('method', '')} {checkpoint.get('role', 'unknown')} "
+                         f"checkpoint, where a {role} is needed".replace("  ", " "))
     if checkpoint["spm"] != spm:
         raise UsageError(f"{path} and {data}/spm.model use different tokenizers: retrain one on the same data")
     theirs, ours = checkpoint["config"], asdict(config) if config else checkpoint["config"]
@@ -689,6 +700,45 @@ def load_model(path: str, spm: bytes, data: str, config: TransformerConfig | Non
     model = Transformer(TransformerConfig(**ours))
     model.load_state_dict(checkpoint["model"])
     return model, checkpoint
+
+
+def check_writable(path: str, flag: str = "--out", folder: str | None = None):
+    """Refuse, before any work and creating nothing, an output folder (or a file in `folder`) that cannot be
+    written: one under a file, or in a folder this user may not write to."""
+    probe = os.path.abspath(folder or path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK):
+        raise UsageError(f"{flag} {path}: cannot write there ({probe} is "
+                         f"{'not a folder' if not os.path.isdir(probe) else 'not writable'})")
+
+
+def check_output_file(path: str, flag: str = "--out"):
+    """check_writable for a file to be written (a checkpoint, a PNG)."""
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path} is a folder: name a file")
+    check_writable(path, flag, folder=os.path.dirname(path) or ".")
+
+
+def claim_output(args):
+    """Make sure a training run may write to args.out: refuse a folder that cannot be written, or one that holds
+    another run, unless told to --resume it (with its settings: check_resume_settings) or to --overwrite it (which
+    removes that run's checkpoints, stages and evaluations first: they would describe a model that is gone)."""
+    out_dir = args.out
+    check_writable(out_dir)
+    stages = ("", "frozen", "reverse", "mixed")  # bart's and backtranslation's first stages have folders of their own
+    held = [os.path.join(stage, name) for stage in stages for name in ("model.pt", "last.pt")
+            if os.path.exists(os.path.join(out_dir, stage, name))]
+    if held and not (args.resume or args.overwrite):
+        raise UsageError(f"{out_dir} holds a run ({held[0]}): --resume continues it, --overwrite starts over")
+    for path in held if args.resume else []:
+        if path.endswith("last.pt"):
+            check_resume_settings(args, os.path.join(out_dir, path), say_changes=path == "last.pt")
+    if args.overwrite:
+        for name in ("model.pt", "last.pt", "synthetic.*", "eval_*.json", "eval_*.jsonl", *stages[1:]):
+            for path in glob.glob(os.path.join(glob.escape(out_dir), name)):
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    os.makedirs(out_dir, exist_ok=True)
 
 
 # ============================================================================
@@ -707,28 +757,51 @@ def add_training_args(parser):
             ("--warmup-start-lr", float, "the rate the warm-up starts from"),
             ("--label-smoothing", str, "0: plain cross entropy, as the paper; VALUE:EPOCHS,...,VALUE: by epoch"),
             ("--patience", int, "stop after this many epochs without a better validation loss"),
-            ("--d-model", int, None), ("--n-heads", int, None), ("--layers", int, "encoder and decoder layers each"),
-            ("--d-ff", int, None), ("--dropout", float, None), ("--attention-dropout", float, None),
-            ("--activation-dropout", float, None)]:
+            ("--d-model", int, "the model's width"), ("--n-heads", int, "attention heads"),
+            ("--layers", int, "encoder and decoder layers each"), ("--d-ff", int, "the feed-forward layer's width"),
+            ("--dropout", float, "on the residual branches and the embeddings"),
+            ("--attention-dropout", float, "on the attention weights"),
+            ("--activation-dropout", float, "after the feed-forward ReLU")]:
         parser.add_argument(flag, type=kind, help=text)
     parser.add_argument("--lr-schedule", choices=("constant", "inverse-sqrt", "linear"),
                         help="after the warm-up: the peak rate to the end, fairseq's peak * sqrt(warm-up / step) "
                              "(the paper's), or a linear decay to 0 at the last epoch")
     # The same in every preset, as the authors ran fairseq: AdamW (0.9, 0.98) with weight decay 1e-4, no clipping.
-    parser.add_argument("--weight-decay", type=float, default=1e-4)
+    parser.add_argument("--weight-decay", type=float, default=1e-4, help="AdamW's")
     parser.add_argument("--clip-norm", type=float, default=0.0, help="clip the gradient's norm (0: no clipping)")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                        help="bf16: matrix products in bfloat16 under autocast (weights and optimizer stay fp32)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--precision", choices=("fp32", "bf16", "auto"),
+                        help="bf16: matrix products in bfloat16 under autocast (weights and optimizer stay fp32); "
+                             "auto: bf16 on a CPU with native bf16 (AVX512-BF16 or AMX), else fp32")
+    parser.add_argument("--seed", type=int, default=0, help="initialisation, batch order, dropout, sampling")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
-    parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt after an interrupt")
+    either = parser.add_mutually_exclusive_group()
+    either.add_argument("--resume", action="store_true", help="continue from OUT/last.pt after an interrupt")
+    either.add_argument("--overwrite", action="store_true", help="start over in an --out that holds a run, "
+                        "removing its checkpoints and evaluations")
+
+
+def show_preset_in_help(parser, argv, preset_of):
+    """For --help: show as each flag's default the value of the preset that --data, --preset (and --method) in
+    argv choose, preset_of(dataset, those flags); or, without readable data, say how to see them."""
+    if not {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
+        return
+    first = argparse.ArgumentParser(add_help=False)
+    for name in ("data", "preset", "method"):
+        first.add_argument(f"--{name}", default=parser.get_default(name))
+    known = first.parse_known_args(argv)[0]
+    try:
+        parser.set_defaults(**preset_of(read_dataset(known.data), known))
+        parser.epilog = f"Defaults: the {known.preset} preset's for {known.data}; a flag given wins."
+    except (UsageError, KeyError):
+        needs = "--data and --method" if getattr(known, "method", "") is None else "--data"
+        parser.epilog = f"Flags shown without a default take the preset's value: --help with {needs} shows it."
 
 
 def apply_preset(parser, args, preset_of):
     """Set every flag left unset (None) to its value in preset_of(dataset), the script's preset for the dataset
     --data's manifest names (a dict by flag name), then refuse bad numbers (one line, exit 2)."""
     try:
-        args.dataset = read_dataset(args.data)
+        args.dataset, device = read_dataset(args.data), pick_device(args.device)
     except UsageError as error:
         parser.error(str(error))
     for name, value in preset_of(args.dataset).items():
@@ -740,6 +813,8 @@ def apply_preset(parser, args, preset_of):
     if args.lr <= 0 or min(args.warmup_steps, args.warmup_start_lr, args.weight_decay) < 0 or \
             not all(0 <= p < 1 for p in (args.dropout, args.attention_dropout, args.activation_dropout)):
         parser.error("--lr must be positive, warm-up and weight decay not negative, dropouts within [0, 1)")
+    if args.precision == "auto":  # decided here, so that the run's args say which it was
+        args.precision = "bf16" if device.type == "cpu" and cpu_has_native_bf16() else "fp32"
     try:
         label_smoothing_at(1, args.label_smoothing)
     except ValueError:
@@ -748,8 +823,8 @@ def apply_preset(parser, args, preset_of):
 
 
 def settings(args) -> str:
-    """Every value a run uses, as its checkpoint's args hold them: for its first log line."""
-    return ", ".join(f"{name}={value}" for name, value in sorted(vars(args).items()))
+    """Every value a run uses, as its checkpoint's args hold them (None: a flag this run does not use)."""
+    return ", ".join(f"{name}={value}" for name, value in sorted(vars(args).items()) if value is not None)
 
 
 def label_smoothing_at(epoch: int, schedule: str) -> float:
@@ -772,7 +847,26 @@ def config_from_args(args, vocab_size: int) -> TransformerConfig:
 
 
 def pick_device(name: str | None = None) -> torch.device:
-    return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
+    """--device, or the default: cuda when there is one, else cpu."""
+    available = ["cpu"] + ["cuda"] * torch.cuda.is_available()
+    try:
+        device = torch.device(name or available[-1])
+    except RuntimeError:  # not a device torch knows
+        device = None
+    if device is None or device.type not in available or (device.index or 0) >= max(1, torch.cuda.device_count()):
+        raise UsageError(f"--device {name}: this machine has {' and '.join(available)}")
+    return device
+
+
+def cpu_has_native_bf16() -> bool:
+    """bf16 autocast pays on a CPU only with bf16 matrix units: 1.5x faster at the paper's size on AVX512-BF16,
+    10-17x slower on AVX2 (EXPERIMENTS.md, "the Transformer and bf16")."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:  # not Linux: assume none
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
 
 
 def autocast(precision: str, device: torch.device):
@@ -875,6 +969,24 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     return state
 
 
+# What a resumed run may change: how long it goes on, and where things are. Anything else would make it
+# another run than the one it continues.
+MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "data", "out", "repair_every", "repair_programs")
+
+
+def check_resume_settings(args, last_path: str, say_changes: bool):
+    """--resume continues a run with the settings it ran with: refuse any other, but for MAY_CHANGE_ON_RESUME,
+    which it names (say_changes: on stderr, as the run's first line)."""
+    ran_with = load_checkpoint(last_path, needs=("args",))["args"]
+    differ = {name: f"--{name.replace('_', '-')} {value} (it ran with {ran_with[name]})" for name, value in
+              sorted(vars(args).items()) if ran_with.get(name, value) != value and name not in ("resume", "overwrite")}
+    refused = [text for name, text in differ.items() if name not in MAY_CHANGE_ON_RESUME]
+    if refused:
+        raise UsageError(f"--resume: {'; '.join(refused)}: resume with its settings, or --overwrite to start over")
+    if differ and say_changes:
+        print(f"--resume: changed {'; '.join(differ.values())}", file=sys.stderr)
+
+
 def checkpoint_to_resume(last_path: str) -> dict | None:
     """--resume: the last epoch's checkpoint, or None (said on stderr) when there is none yet."""
     if not os.path.exists(last_path):
@@ -948,24 +1060,38 @@ class UsageError(Exception):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors are one line (no usage dump), with exit code 2 as usual."""
+    """argparse whose errors are one line (no usage dump), with exit code 2 as usual, and whose --help shows the
+    description as written (the script's docstring, with its examples) and every flag's default."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**{"formatter_class": HelpFormatter, **kwargs})
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The description as written; after each flag's help, its default (when it has one)."""
+
+    def _get_help_string(self, action):
+        shown = all(action.default is not v for v in (None, False, argparse.SUPPRESS)) and "default" not in action.help
+        return action.help + (" (default: %(default)s)" if shown else "")
 
 
 RESUME_HINT = "interrupted: run again with --resume to continue from the last finished epoch"
 
 
 def run_main(script: str, work, args, on_interrupt: str = "interrupted"):
-    """Run a script's work: bad input becomes one line on stderr and exit code 2."""
+    """Run a script's work: bad input becomes one line on stderr and exit code 2; Ctrl-C a line and 130,
+    the shell's code for an interrupt."""
     try:
         work(args)
     except (UsageError, FileNotFoundError) as error:  # (the judge's: no g++)
         print(f"{script}: error: {error}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        sys.exit(on_interrupt)
+        print(f"{script}: {on_interrupt}", file=sys.stderr)
+        sys.exit(130)
 
 
 class Progress:

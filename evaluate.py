@@ -19,10 +19,12 @@ For --predictions (one program per line, in the order of the split's `.inp`/`.ou
 `preds.txt.verdicts.jsonl`. Verdicts: correct, wrong_output, compile_error (with the compiler's
 first error), runtime_error, timeout.
 """
-import argparse
 import glob
 import json
+import math
 import os
+
+from PIL import Image, ImageDraw, ImageFont
 
 import common
 import judge
@@ -111,6 +113,9 @@ def judge_predictions(args):
     if not os.path.isfile(args.predictions):
         raise common.UsageError(f"missing predictions file: {args.predictions}")
     programs = common.read_lines(args.predictions)
+    common.check_output_file(args.predictions + ".verdicts.jsonl", "--predictions")  # the verdicts go beside it
+    if args.json:
+        common.check_output_file(args.json, "--json")
     n, judge_split = load_judge(args.data, args.split)
     if not programs:
         raise common.UsageError(f"empty predictions file: {args.predictions}")
@@ -120,7 +125,7 @@ def judge_predictions(args):
     denoised = bool(args.denoiser) and args.denoiser != "none"
     if denoised:  # Pi(programs): e.g. how many correct programs Pi leaves correct
         spm = common.read_tokenizer_bytes(args.data)
-        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
+        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser")
         denoiser.to(common.pick_device(args.device))
         programs = common.denoise(denoiser, common.load_tokenizer(spm), programs, args.batch_size,
                                   spoc.error_detector(denoiser_checkpoint), progress=True)
@@ -140,13 +145,13 @@ def evaluate_model(args):
     """Model mode: decode every split greedily, denoise (given --denoiser, or a composed model's
     own denoiser), judge, write, print."""
     spm = common.read_tokenizer_bytes(args.data)
-    model, checkpoint = common.load_model(args.model, spm, args.data)
+    model, checkpoint = common.load_model(args.model, spm, args.data, "predictor")
     tokenizer = common.load_tokenizer(spm)
     device = common.pick_device(args.device)
     model = model.to(device)
     denoiser, denoiser_checkpoint, corruption = None, None, checkpoint.get("denoiser_corruption")
     if args.denoiser and args.denoiser != "none":
-        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
+        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser")
         corruption = denoiser_checkpoint.get("corruption")
     elif "denoiser" in checkpoint and args.denoiser != "none":  # a composed model is Pi(f(x))
         denoiser_checkpoint = checkpoint["denoiser"]
@@ -157,6 +162,8 @@ def evaluate_model(args):
     if method == "composed" and checkpoint.get("init_method") not in (None, "standard"):
         method += "+" + checkpoint["init_method"]
     layers = model.config.encoder_layers + model.config.decoder_layers
+    folder = os.path.dirname(args.model)
+    common.check_writable(folder, "the model's folder")  # its evaluations go beside it
     print(TABLE_HEADER)
 
     for split in (args.splits or default_splits(args.data)).split(","):
@@ -170,11 +177,11 @@ def evaluate_model(args):
         name = f"eval_{split}{'_denoised' if denoiser else ''}{'_random' if corruption == 'random' else ''}"
         rows = [{"line": i + 1, "prediction": p, **({"base": b} if denoiser else {}), **v}
                 for i, (p, b, v) in enumerate(zip(programs, base, verdicts))]
-        write_jsonl(os.path.join(os.path.dirname(args.model), name + ".jsonl"), rows)
+        write_jsonl(os.path.join(folder, name + ".jsonl"), rows)
         summary = dict(summarize(verdicts), method=method, layers=layers, deep=checkpoint.get("deep", False),
-                       corruption=corruption, denoised=bool(denoiser), split=split,
-                       model=args.model, denoiser=args.denoiser or ("(its own)" if denoiser else None))
-        with open(os.path.join(os.path.dirname(args.model), name + ".json"), "w") as f:
+                       preset=checkpoint["args"].get("preset"), corruption=corruption, denoised=bool(denoiser),
+                       split=split, model=args.model, denoiser=args.denoiser or ("(its own)" if denoiser else None))
+        with open(os.path.join(folder, name + ".json"), "w") as f:
             json.dump(summary, f, indent=1)
         print(table_row(summary, None))
 
@@ -196,13 +203,17 @@ def table_row(s: dict, standard: dict | None) -> str:
     ours = relative(100 * s["accuracy"], standard and 100 * standard["accuracy"])
     method = s["method"]
     run = s.get("run") or os.path.basename(os.path.dirname(s["model"]))  # the folder it was found in, if any
-    return (f"{run:<25} {method:<25} {s['corruption'] or '-':<6} {s['layers']:>6} {'Y' if s['denoised'] else 'N':>4} "
-            f"{s['split']:<5} {100 * s['compiled']:8.1f} {100 * s['accuracy']:8.1f} {show(ours):>8}   "
+    return (f"{run:<25} {method:<25} {s.get('preset') or '?':<6} {s['corruption'] or '-':<6} {s['layers']:>6} "
+            f"{'Y' if s['denoised'] else 'N':>4} {s['split']:<5} {s['n']:>5} {100 * s['compiled']:8.1f} "
+            f"{100 * s['accuracy']:8.1f} {show(ours):>8}   "
             f"{show(paper[0])} {show(paper[1])} {show(relative(paper[1], paper_standard[1])):>8}")
 
 
-TABLE_HEADER = (f"{'run':<25} {'method':<25} {'Pi':<6} {'layers':>6} {'Pi?':>4} {'split':<5} {'compiled':>8} "
-                f"{'accuracy':>8} {'relative':>8}   paper: compiled accuracy relative")
+TABLE_HEADER = (f"{'run':<25} {'method':<25} {'preset':<6} {'Pi':<6} {'layers':>6} {'Pi?':>4} {'split':<5} "
+                f"{'n':>5} {'compiled':>8} {'accuracy':>8} {'relative':>8}   paper: compiled accuracy relative\n"
+                "(Pi: the noise the denoiser learned to undo; Pi?: Y where the outputs are Pi(f(x)); n: programs "
+                "judged; compiled, accuracy: % of them; relative: accuracy relative to standard fine-tuning's on "
+                "the split, in %, as the paper's Table 2)")
 METHOD_ORDER = ("baseline", "standard", "composed", "bart", "composed+bart", "backtranslation",
                 "composed+backtranslation")
 
@@ -239,24 +250,81 @@ def print_table(args):
         print(f"not evaluated (no eval_*.json): {' '.join(unevaluated)}")
 
 
+CURVE_COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14), (140, 86, 75),
+                (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207)]
+
+
+def draw_curves(args, size=(720, 440), margin=(60, 30, 190, 40)):
+    """--curves: each run's validation loss by epoch (its last.pt's history), one line per run, on a log scale;
+    a dot marks the epoch it kept (its best)."""
+    runs = {}
+    for folder in args.curves:
+        path = os.path.join(folder, "last.pt")
+        history = common.load_checkpoint(path, needs=("state",))["state"]["history"]
+        runs[os.path.basename(os.path.normpath(folder))] = [(h["epoch"], h["val_loss"]) for h in history]
+    left, top, right, bottom = margin
+    w, h = size[0] - left - right, size[1] - top - bottom
+    epochs = max(e for points in runs.values() for e, _ in points)
+    low, high = (math.log10(f([v for points in runs.values() for _, v in points])) for f in (min, max))
+    low, high = math.floor(low * 5) / 5, math.ceil(high * 5) / 5  # tick every 10^0.2
+    img = Image.new("RGB", size, "white")
+    draw, font = ImageDraw.Draw(img), ImageFont.load_default(size=12)
+
+    def to_px(epoch, loss):
+        return left + w * (epoch - 1) / max(1, epochs - 1), top + h * (high - math.log10(loss)) / (high - low)
+    for k in range(round((high - low) * 5) + 1):  # y ticks and grid
+        y = 10 ** (low + k / 5)
+        draw.line([left, to_px(1, y)[1], left + w, to_px(1, y)[1]], fill=(225, 225, 225))
+        draw.text((left - 6, to_px(1, y)[1]), f"{y:.3g}", fill="black", font=font, anchor="rm")
+    step = max(1, round(epochs / 8))
+    for epoch in sorted({1, epochs, *range(step, epochs, step)}):
+        draw.text((to_px(epoch, 1)[0], top + h + 6), str(epoch), fill="black", font=font, anchor="ma")
+    draw.rectangle([left, top, left + w, top + h], outline="black")
+    draw.text((left + w / 2, size[1] - 6), "epoch", fill="black", font=font, anchor="md")
+    draw.text((left + w / 2, 8), "validation loss (log scale)", fill="black", font=font, anchor="ma")
+    for n, (name, points) in enumerate(runs.items()):
+        color = CURVE_COLORS[n % len(CURVE_COLORS)]
+        coords = [to_px(e, v) for e, v in points]
+        if len(coords) > 1:
+            draw.line(coords, fill=color, width=2)
+        x, y = to_px(*min(points, key=lambda p: p[1]))
+        draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=color)
+        draw.text((left + w + 10, top + 16 * n), name, fill=color, font=font, anchor="la")
+    os.makedirs(os.path.dirname(args.png) or ".", exist_ok=True)
+    img.save(args.png)
+    print(f"wrote {args.png}")
+
+
 def main(argv=None):
-    parser = common.ArgumentParser(prog="evaluate.py", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.ArgumentParser(prog="evaluate.py", description=__doc__)
     parser.add_argument("model", nargs="?", help="a predictor checkpoint (runs/<name>/model.pt)")
     parser.add_argument("--denoiser", help="apply this denoiser to the predictions: Pi(f(x)) (composed models "
                         "apply their own unless given another, or none); with --predictions, to the file's programs")
     parser.add_argument("--splits", help="default: test,ood (SansType), testw,testp (SPoC)")
     parser.add_argument("--table", nargs="+", metavar="RUN_DIR", help="print the results found in these folders")
+    parser.add_argument("--curves", nargs="+", metavar="RUN_DIR", help="draw these runs' validation loss by epoch "
+                        "into --png")
+    parser.add_argument("--png", default="runs/curves.png", help="with --curves: the PNG to write")
     parser.add_argument("--predictions", help="judge this file of programs instead of a model's")
-    parser.add_argument("--split", default="test", help="with --predictions: the split they answer")
+    parser.add_argument("--split", help="with --predictions: the split they answer (default: test)")
     parser.add_argument("--json", help="with --predictions: also write {n, compiled, accuracy} here")
-    parser.add_argument("--data", default="data/sanstype")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--device")
+    parser.add_argument("--data", default="data/sanstype", help="the data folder the model was trained on")
+    parser.add_argument("--batch-size", type=int, default=64, help="programs decoded at once")
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     args = parser.parse_args(argv)
-    if sum(map(bool, (args.model, args.table, args.predictions))) != 1:
-        parser.error("give one of: a model checkpoint, --table RUN_DIR..., --predictions FILE")
-    work = print_table if args.table else judge_predictions if args.predictions else evaluate_model
+    if sum(map(bool, (args.model, args.table, args.predictions, args.curves))) != 1:
+        parser.error("give one of: a model checkpoint, --table RUN_DIR..., --predictions FILE, --curves RUN_DIR...")
+    mode = "--table" if args.table else "--predictions" if args.predictions else "--curves" if args.curves else \
+        "a model"
+    for name in {"--table": ("denoiser", "splits", "split", "json", "device"), "--predictions": ("splits",),
+                 "--curves": ("denoiser", "splits", "split", "json", "device"), "a model": ("split", "json")}[mode]:
+        if getattr(args, name) is not None:
+            parser.error(f"--{name} does not apply to {mode}")
+    if args.curves:
+        common.check_output_file(args.png, "--png")
+    args.split = args.split or "test"
+    work = {"--table": print_table, "--predictions": judge_predictions, "--curves": draw_curves,
+            "a model": evaluate_model}[mode]
     common.run_main("evaluate.py", work, args)
 
 

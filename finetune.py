@@ -37,23 +37,26 @@ METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
 SANSTYPE_PAPER = dict(
     d_model=256, n_heads=2, layers=3, d_ff=1024, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
     batch_size=176, lr=2e-3, lr_schedule="inverse-sqrt", warmup_steps=150, warmup_start_lr=1e-4,
-    epochs=300, patience=500, label_smoothing="0")
+    epochs=300, patience=500, label_smoothing="0", precision="fp32")
 # Minutes on 2 cores. Runs end long before the paper's, so each decays linearly to 0 by its last epoch: a run
 # stopped at a high constant rate is far from its best (EXPERIMENTS.md, "the recipe behind the results").
 SANSTYPE_CPU = dict(
     d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
     batch_size=32, lr=1e-3, lr_schedule="linear", warmup_steps=300, warmup_start_lr=0.0,
-    epochs=25, patience=8, label_smoothing="0")
+    epochs=25, patience=8, label_smoothing="0", precision="fp32")
 SMOKE = dict(  # the tests
     d_model=32, n_heads=2, layers=1, d_ff=64, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
     batch_size=8, lr=1e-3, lr_schedule="linear", warmup_steps=5, warmup_start_lr=0.0,
-    epochs=2, patience=2, label_smoothing="0")
+    epochs=2, patience=2, label_smoothing="0", precision="fp32")
+# Composed's REINFORCE estimator: one sample with the batch baseline, as good on validation as two samples at the
+# same compute, at 3x a standard step's cost instead of 5x (EXPERIMENTS.md, "the REINFORCE estimator").
+ESTIMATOR = dict(samples=1, reinforce_baseline="batch", clamp="reward", gamma=-50.0, composed_weight=0.1, lam=1.0)
 # Appendix E: 5+5 layers, 8 heads, dropout 0.4, FLoRes's recipe (1e-3 after 4000 updates from 1e-7, ~16000
 # tokens, about 90 programs, an update), label smoothing 0.2 -> 0.1 -> 0.05 (lowering it near the end helped).
 SPOC_PAPER = dict(
     d_model=256, n_heads=8, layers=5, d_ff=1024, dropout=0.4, attention_dropout=0.2, activation_dropout=0.2,
     batch_size=90, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7,
-    epochs=150, patience=150, label_smoothing="0.2:100,0.1:25,0.05")
+    epochs=150, patience=150, label_smoothing="0.2:100,0.1:25,0.05", precision="fp32")
 SPOC_CPU = dict(SANSTYPE_CPU, epochs=3, patience=3)  # sized for the full release, 11 times SansType's pairs
 
 PRESETS = {
@@ -61,7 +64,7 @@ PRESETS = {
         "baseline": dict(SANSTYPE_PAPER, warmup_steps=400, warmup_start_lr=5e-4, epochs=500),
         "standard": SANSTYPE_PAPER,
         "bart": dict(SANSTYPE_PAPER, frozen_epochs=200),  # 200 epochs with the encoder alone, then 100
-        "composed": dict(SANSTYPE_PAPER, lr=2e-4, warmup_steps=90, warmup_start_lr=0.0),
+        "composed": dict(SANSTYPE_PAPER, lr=2e-4, warmup_steps=90, warmup_start_lr=0.0, **ESTIMATOR),
         "backtranslation": dict(SANSTYPE_PAPER, warmup_steps=400, warmup_start_lr=5e-4, epochs=500,
                                 reverse_epochs=500, labeled_epochs=300, synthetic_programs=0),
     },
@@ -69,7 +72,7 @@ PRESETS = {
         "baseline": dict(SANSTYPE_CPU, epochs=60),
         "standard": SANSTYPE_CPU,
         "bart": dict(SANSTYPE_CPU, frozen_epochs=15),
-        "composed": dict(SANSTYPE_CPU, lr=1e-4, epochs=6),
+        "composed": dict(SANSTYPE_CPU, lr=1e-4, epochs=6, **ESTIMATOR),
         "backtranslation": dict(SANSTYPE_CPU, epochs=12, reverse_epochs=60, labeled_epochs=25,
                                 synthetic_programs=4000),
     },
@@ -77,62 +80,72 @@ PRESETS = {
         "baseline": SMOKE,
         "standard": SMOKE,
         "bart": dict(SMOKE, frozen_epochs=1),
-        "composed": dict(SMOKE, lr=1e-4),
+        "composed": dict(SMOKE, lr=1e-4, **ESTIMATOR),
         "backtranslation": dict(SMOKE, epochs=1, reverse_epochs=2, labeled_epochs=2, synthetic_programs=16),
     },
     ("spoc", "paper"): {
         "baseline": SPOC_PAPER,
         "standard": SPOC_PAPER,
         "bart": dict(SPOC_PAPER, frozen_epochs=100),
-        "composed": dict(SPOC_PAPER, lr=1e-4, epochs=20, label_smoothing="0.05"),
+        "composed": dict(SPOC_PAPER, lr=1e-4, epochs=20, label_smoothing="0.05", **ESTIMATOR),
         "backtranslation": dict(SPOC_PAPER, reverse_epochs=150, labeled_epochs=150, synthetic_programs=0),
     },
     ("spoc", "cpu"): {
         "baseline": dict(SPOC_CPU, epochs=6),
         "standard": SPOC_CPU,
         "bart": dict(SPOC_CPU, epochs=4, frozen_epochs=2),
-        "composed": dict(SPOC_CPU, lr=1e-4, epochs=1),
+        "composed": dict(SPOC_CPU, lr=1e-4, epochs=1, **ESTIMATOR),
         "backtranslation": dict(SPOC_CPU, epochs=2, reverse_epochs=6, labeled_epochs=3, synthetic_programs=4000),
     },
 }
 PRESETS["spoc", "smoke"] = PRESETS["sanstype", "smoke"]
+# The flags only some methods use: given to another method, they are refused.
+METHOD_FLAGS = {"baseline": (), "standard": ("denoiser",), "bart": ("denoiser", "frozen_epochs"),
+                "composed": ("denoiser", "init", "samples", "reinforce_baseline", "clamp", "gamma", "composed_weight",
+                             "lam"),
+                "backtranslation": ("reverse_epochs", "labeled_epochs", "synthetic_programs")}
 
 
 def parse_args(argv=None):
-    parser = common.ArgumentParser(prog="finetune.py", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--method", choices=METHODS, required=True)
-    parser.add_argument("--data", default="data/sanstype")
-    parser.add_argument("--denoiser", default="runs/denoiser/model.pt",
-                        help="pre-trained denoiser (standard, bart: the init; composed: the frozen Pi)")
+    parser = common.ArgumentParser(prog="finetune.py", description=__doc__)
+    parser.add_argument("--method", choices=METHODS, required=True, help="which predictor to train")
+    parser.add_argument("--data", default="data/sanstype", help="a folder make_sanstype.py or make_spoc.py wrote")
+    parser.add_argument("--denoiser", help="pre-trained denoiser (standard, bart: the init; composed: the frozen "
+                        "Pi; default: runs/denoiser/model.pt)")
     parser.add_argument("--out", help="output folder (default runs/<method>)")
     parser.add_argument("--frozen-epochs", type=int, help="bart: epochs with only the encoder training")
     parser.add_argument("--reverse-epochs", type=int, help="backtranslation: epochs of the code-to-pseudocode model")
     parser.add_argument("--labeled-epochs", type=int, help="backtranslation: epochs on the labeled pairs at the end")
     composed = parser.add_argument_group("composed fine-tuning (Eq. 1, Appendix D)")
-    composed.add_argument("--init", default="runs/standard/model.pt", help="the base predictor's initialisation")
-    # One sample with the batch baseline: as good on validation as two samples at the same compute, and a step
-    # costs 3x a standard one instead of 5x (EXPERIMENTS.md, "the REINFORCE estimator").
-    composed.add_argument("--samples", type=int, default=1, help="outputs sampled per input for REINFORCE")
-    composed.add_argument("--reinforce-baseline", choices=("batch", "leave-one-out", "none"), default="batch",
+    composed.add_argument("--init", help="the base predictor's initialisation (default: runs/standard/model.pt)")
+    composed.add_argument("--samples", type=int, help="outputs sampled per input for REINFORCE")
+    composed.add_argument("--reinforce-baseline", choices=("batch", "leave-one-out", "none"),
                           help="subtract the mean reward of the batch's other inputs (batch) or of the input's other "
                                "samples (leave-one-out, needs --samples 2 or more); none: the paper's estimator")
-    composed.add_argument("--clamp", choices=("reward", "sample", "padded-sample"), default="reward",
+    composed.add_argument("--clamp", choices=("reward", "sample", "padded-sample"),
                           help="clamp at gamma: log p_beta(y|y') (the paper's text), log p_theta(y'|x), or "
                                "log p_theta(y'|x) summed over the batch's padded samples (the released code)")
-    composed.add_argument("--gamma", type=float, default=-50.0)
-    composed.add_argument("--composed-weight", type=float, default=0.1, help="scale of the composed term")
-    composed.add_argument("--lam", type=float, default=1.0, help="lambda, the weight of the direct term")
+    composed.add_argument("--gamma", type=float, help="the clamp's floor")
+    composed.add_argument("--composed-weight", type=float, help="scale of the composed term")
+    composed.add_argument("--lam", type=float, help="lambda, the weight of the direct term")
     parser.add_argument("--labeled", type=int, help="train on the first N labeled pairs only (Figure 4's sweep)")
     parser.add_argument("--synthetic-programs", type=int,
                         help="backtranslation: unlabeled programs to write pseudocode for (0: all)")
     common.add_training_args(parser)
+    common.show_preset_in_help(parser, argv, lambda dataset, known: PRESETS[dataset, known.preset][known.method])
     args = parser.parse_args(argv)
+    for name in sorted(set(sum(METHOD_FLAGS.values(), ())) - set(METHOD_FLAGS[args.method])):
+        if getattr(args, name) is not None:
+            parser.error(f"--{name.replace('_', '-')} does not apply to --method {args.method}")
     common.apply_preset(parser, args, lambda dataset: PRESETS[dataset, args.preset][args.method])
     args.out = args.out or os.path.join("runs", args.method)
+    if args.method in ("standard", "bart", "composed"):
+        args.denoiser = args.denoiser or "runs/denoiser/model.pt"
+    if args.method == "composed":
+        args.init = args.init or "runs/standard/model.pt"
     if args.method == "bart" and not 0 <= args.frozen_epochs < args.epochs:
         parser.error(f"bart: --frozen-epochs ({args.frozen_epochs}) must be below --epochs ({args.epochs})")
-    if args.samples < 1 or (args.labeled is not None and args.labeled < 1):
+    if any(value is not None and value < 1 for value in (args.samples, args.labeled)):
         parser.error("--samples and --labeled must be at least 1")
     if args.reinforce_baseline == "leave-one-out" and args.samples < 2:
         parser.error("--reinforce-baseline leave-one-out needs --samples 2 or more (with 1 sample: batch or none)")
@@ -187,14 +200,15 @@ def finetune(args):
     if args.method in ("baseline", "backtranslation"):
         model = common.Transformer(config)
     elif args.method == "composed":
-        model, init = common.load_model(args.init, spm, args.data, config)
-        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data)
+        model, init = common.load_model(args.init, spm, args.data, "predictor", config)
+        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser")
         composed_training = freeze_and_compose(denoiser, denoiser_checkpoint, tokenizer, val_pairs, args)
         extra.update(init_method=init.get("method"), denoiser_corruption=denoiser_checkpoint.get("corruption"),
                      denoiser={key: denoiser_checkpoint.get(key) for key in ("config", "model", "error_detector")})
     else:
-        model, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, config)
+        model, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser", config)
         extra.update(denoiser_corruption=denoiser_checkpoint.get("corruption"))
+    common.claim_output(args)  # every input checked: now the run may begin
     print(f"{args.method}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
           f"{len(train_pairs)} labeled pairs, {args.dataset} preset {args.preset}\nsettings: {common.settings(args)}",
           file=sys.stderr)

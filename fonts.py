@@ -127,6 +127,7 @@ class DuplicateFilter:
 
 
 def cmd_render(args):
+    common.check_output_file(args.out)
     dirs = ([] if args.no_system_fonts else FONT_DIRS) + args.font_dir
     paths = find_font_files(dirs)
     if not paths:
@@ -178,7 +179,7 @@ def make_split(n_fonts, labeled_fonts=100, n_train=2500, n_val=100, seed=0, verb
         labeled_fonts = shrunk
     n_pairs = labeled_fonts * len(CHARS)
     if n_train + n_val >= n_pairs:
-        raise common.UsageError(f"{n_train} train + {n_val} val of {n_pairs} pairs leave none to test: lower --n-train")
+        raise common.UsageError(f"{n_train} train + {n_val} val of {n_pairs} pairs leave none to test: lower --labeled")
     rng = np.random.default_rng(seed)
     fonts, pairs = rng.permutation(n_fonts), rng.permutation(n_pairs)
     pairs = np.stack([pairs // len(CHARS), pairs % len(CHARS)], 1)   # flat indices -> (font row, character)
@@ -189,7 +190,7 @@ def make_split(n_fonts, labeled_fonts=100, n_train=2500, n_val=100, seed=0, verb
 def unseen_images_seen(denoiser_split, n_unlabeled, split):
     """How many of the denoiser's clean images are not training images of `split`. The
     denoiser may use any training image of the run it serves (they are unlabeled outputs too),
-    so one trained with --n-train 500 serves every run of the labeled sweep (500-4500)."""
+    so one trained with --labeled 500 serves every run of the labeled sweep (500-4500)."""
     def images(s, part):
         return {(int(s["labeled"][f]), int(c)) for f, c in s[part]}
     labeled = {int(f) for f in split["labeled"]}
@@ -325,7 +326,7 @@ def build_predictor(ckpt):
 
 
 def split_args(args):
-    return dict(labeled_fonts=args.labeled_fonts, n_train=args.n_train, n_val=args.n_val, seed=args.split_seed)
+    return dict(labeled_fonts=args.labeled_fonts, n_train=args.labeled, n_val=args.n_val, seed=args.split_seed)
 
 
 # === Pre-training the denoiser on unlabeled fonts; training a direct or a composed predictor ===
@@ -337,12 +338,13 @@ def denoised_mse(pi, corrupted, clean):
 
 
 def cmd_denoiser(args):
+    claim_output_file(args.out, args.overwrite)
     device = common.pick_device(args.device)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     glyphs, _ = load_glyphs(args.data)
     split = make_split(len(glyphs), **split_args(args))
-    unlabeled = split["unlabeled"][:args.unlabeled_fonts]          # None = all of them
+    unlabeled = split["unlabeled"][:args.unlabeled]          # None = all of them
     train, val = split["train"], split["val"]
     # Unlabeled outputs: every glyph of the unlabeled fonts plus the labeled training images
     # (never the val/test images: Pi must not have seen the answers).
@@ -405,6 +407,7 @@ def train_predictor(args, n_fonts, data, pi, l2, device):
 
 
 def cmd_train(args):
+    claim_output_file(args.out, args.overwrite)
     device = common.pick_device(args.device)
     glyphs, names = load_glyphs(args.data)
     split = make_split(len(glyphs), **split_args(args))
@@ -461,7 +464,7 @@ def evaluate_checkpoint(path, glyphs, names, test_pi):
              f_mse=batched_mse(f, None, *test), pi_mse=batched_mse(f, pi, *test) if pi else None)
     r["mse"] = r["pi_mse"] if composed else r["f_mse"]   # what the predictor predicts
     variant = r["method"] + ("+dropout" if r["dropout"] else "")
-    default_data = r["n_train"] == 2500 and not (own and own["args"]["unlabeled_fonts"] is not None)
+    default_data = r["n_train"] == 2500 and not (own and own["args"]["unlabeled"] is not None)
     # The paper's number only beside our runs on the paper's data sizes (the sweeps' are in the README).
     paper = PAPER_TEST_MSE.get((variant, r["corruption"] if composed else None)) if default_data else None
     pi_mse = "-" if r["pi_mse"] is None else f"{r['pi_mse']:.4f}"
@@ -511,7 +514,17 @@ def print_seed_summary(rows):
               f"{n_train} | {len(g)} | {m:.4f} ± {sd:.4f} | {after} | {paired} |")
 
 
+def claim_output_file(path: str, overwrite: bool):
+    """A run's checkpoint is replaced only by a run told it may (--overwrite)."""
+    common.check_output_file(path)
+    if os.path.exists(path) and not overwrite:
+        raise common.UsageError(f"{path} holds a finished run: --overwrite replaces it")
+
+
 def cmd_evaluate(args):
+    for path, flag in ((args.png, "--png"), (args.plot, "--plot")):
+        if path:
+            common.check_output_file(path, flag)
     args.runs = args.runs or "runs/fonts"
     direct, composed = (os.path.join(args.runs, m + ".pt") for m in ("direct", "composed"))
     samples = not args.checkpoints and os.path.exists(direct) and os.path.exists(composed)
@@ -640,45 +653,49 @@ def save_samples(glyphs, names, direct_path, composed_path, png):
 # === Command line ===
 
 def main(argv=None):
-    parser = common.ArgumentParser(prog="fonts.py", description=__doc__.split("\n")[0])
+    parser = common.ArgumentParser(prog="fonts.py", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("render", help="render 0-9A-Za-z of every usable font file")
+    p = sub.add_parser("render", description=__doc__, help="render 0-9A-Za-z of every usable font file")
     p.add_argument("--font-dir", action="append", default=[], help="extra folder of .ttf/.otf/.ttc (repeatable)")
     p.add_argument("--no-system-fonts", action="store_true", help="only look in --font-dir")
     p.add_argument("--render-size", type=int, default=64, help="font size in pixels before downscaling")
     p.add_argument("--duplicate-mse", type=float, default=0.003, help="closer than this to a kept font = duplicate")
-    p.add_argument("--out", default="data/fonts/glyphs.npz")
-    denoiser = sub.add_parser("denoiser", help="pre-train the U-Net denoiser on unlabeled fonts")
-    train = sub.add_parser("train", help="train a direct or a composed predictor")
-    evaluate = sub.add_parser("evaluate", help="test MSE table and a sample grid like Figure 5")
+    p.add_argument("--out", default="data/fonts/glyphs.npz", help="the glyph array to write")
+    denoiser = sub.add_parser("denoiser", description=__doc__, help="pre-train the U-Net denoiser on unlabeled fonts")
+    train = sub.add_parser("train", description=__doc__, help="train a direct or a composed predictor")
+    evaluate = sub.add_parser("evaluate", description=__doc__, help="test MSE table and a sample grid like Figure 5")
     for p in (denoiser, train, evaluate):
-        p.add_argument("--data", default="data/fonts/glyphs.npz")
+        p.add_argument("--data", default="data/fonts/glyphs.npz", help="what fonts.py render wrote")
     for p in (denoiser, train):
-        p.add_argument("--preset", choices=["cpu", "paper", "smoke"], default="cpu")
-        p.add_argument("--labeled-fonts", type=int, default=100)
-        p.add_argument("--n-train", type=int, default=2500, help="labeled training examples")
-        p.add_argument("--n-val", type=int, default=100)
+        p.add_argument("--preset", choices=["cpu", "paper", "smoke"], default="cpu",
+                       help="cpu: minutes on 2 cores; paper: the authors' budget, for a GPU; smoke: the tests")
+        p.add_argument("--labeled-fonts", type=int, default=100, help="fonts whose glyphs may be labeled")
+        p.add_argument("--labeled", type=int, default=2500, help="labeled training examples")
+        p.add_argument("--n-val", type=int, default=100, help="labeled validation examples")
         p.add_argument("--split-seed", type=int, default=0, help="which fonts are labeled, which pairs train")
         p.add_argument("--seed", type=int, default=0, help="initialisation, batches and noise")
-        p.add_argument("--batch-size", type=int)
-        p.add_argument("--lr", type=float)
+        p.add_argument("--batch-size", type=int, help="(default: the preset's)")
+        p.add_argument("--lr", type=float, help="Adam's rate (default: the preset's)")
         p.add_argument("--device", help="default: cuda if available, else cpu")
+        p.add_argument("--overwrite", action="store_true", help="replace the checkpoint --out names, if one is there")
 
-    denoiser.add_argument("--corruption", choices=list(CORRUPTIONS), default="blur")
-    denoiser.add_argument("--unlabeled-fonts", type=int, help="use only the first N unlabeled fonts (default: all)")
-    denoiser.add_argument("--steps", type=int)
+    denoiser.add_argument("--corruption", choices=list(CORRUPTIONS), default="blur", help="what Pi learns to undo")
+    denoiser.add_argument("--unlabeled", type=int,
+                          help="use only the first N unlabeled fonts (default: all)")
+    denoiser.add_argument("--steps", type=int, help="training steps (default: the preset's)")
     denoiser.add_argument("--width", type=int, help="U-Net channels at the first level")
-    denoiser.add_argument("--unet-dropout", type=float)
-    denoiser.add_argument("--log-every", type=int, default=100)
-    denoiser.add_argument("--out", default=DEFAULT_DENOISER)
+    denoiser.add_argument("--unet-dropout", type=float, help="(default: the preset's)")
+    denoiser.add_argument("--log-every", type=int, default=100, help="steps between progress lines")
+    denoiser.add_argument("--out", default=DEFAULT_DENOISER, help="the checkpoint to write")
 
-    train.add_argument("--method", choices=["direct", "composed"], required=True)
+    train.add_argument("--method", choices=["direct", "composed"], required=True, help="f alone, or through Pi")
     train.add_argument("--denoiser", help=f"composed: the frozen Pi (default: {DEFAULT_DENOISER})")
-    train.add_argument("--l2", type=float, nargs="+", help="L2 strengths to try (tuned on validation)")
-    train.add_argument("--dropout", type=float, default=0.0)
-    train.add_argument("--epochs", type=int)
+    train.add_argument("--l2", type=float, nargs="+", help="strengths of an L2 penalty on the loss to try, chosen "
+                       "on validation (the authors'; not the decoupled --weight-decay of the SansType scripts' AdamW)")
+    train.add_argument("--dropout", type=float, default=0.0, help="in the predictor")
+    train.add_argument("--epochs", type=int, help="(default: the preset's)")
     train.add_argument("--patience", type=int, help="stop after this many epochs without a better val MSE")
-    train.add_argument("--log-every", type=int, default=10)
+    train.add_argument("--log-every", type=int, default=10, help="epochs between progress lines")
     train.add_argument("--out", help="default: runs/fonts/<method>.pt")
 
     evaluate.add_argument("checkpoints", nargs="*", help="predictor checkpoints (default: all in --runs)")
@@ -694,9 +711,9 @@ def main(argv=None):
         if getattr(args, key) is None:   # flags left unset take their value from the preset
             setattr(args, key, value)
     for names, ok, rule in [   # bad numbers: one-line errors
-            ("steps epochs patience batch_size width log_every labeled_fonts n_train n_val render_size",
+            ("steps epochs patience batch_size width log_every labeled_fonts labeled n_val render_size",
              lambda v: v >= 1, "at least 1"),
-            ("unlabeled_fonts seed split_seed l2 duplicate_mse", lambda v: v >= 0, "at least 0"),
+            ("unlabeled seed split_seed l2 duplicate_mse", lambda v: v >= 0, "at least 0"),
             ("lr", lambda v: v > 0, "above 0"),
             ("dropout unet_dropout", lambda v: 0 <= v < 1, "in [0, 1)")]:
         for name in names.split():

@@ -481,3 +481,7 @@ def _spoc_recipe(fast: bool) -> _Recipe:
         flags = [flag for flag in SPOC_GXX if flag != "-static"]
         subprocess.run([*flags, "-x", "c++-header", header, "-o", header + ".gch"], check=True, capture_output=True)
     return _Recipe("", spoc_source, (*SPOC_GXX, "-include", header, *(["-fuse-ld=gold"] if fast else [])))
+
+
+if __name__ == "__main__":  # a module, not a stage: running it shows how to use it
+    print(__doc__)

@@ -30,7 +30,6 @@ train, val and test use the in-distribution pseudocode templates; ood the OOD te
 programs' distribution. The same --seed gives the same bytes; each split has its own random stream, so
 changing the size of one split does not change the others.
 """
-import argparse
 import os
 import random
 import re
@@ -315,11 +314,10 @@ def run_gold_programs(splits, names):
 
 
 def parse_args(argv):
-    parser = common.ArgumentParser(prog="make_sanstype.py", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = common.ArgumentParser(prog="make_sanstype.py", description=__doc__)
     parser.add_argument("--out", default="data/sanstype", help="output directory")
-    parser.add_argument("--num-labeled", type=int, default=1000, help="pseudocode-code pairs in train")
-    parser.add_argument("--num-unlabeled", type=int, default=20000, help="code-only programs (denoiser)")
+    parser.add_argument("--labeled", type=int, default=1000, help="pseudocode-code pairs in train")
+    parser.add_argument("--unlabeled", type=int, default=20000, help="code-only programs (denoiser)")
     parser.add_argument("--num-eval", type=int, default=500, help="programs in each of val, test, ood")
     parser.add_argument("--seed", type=int, default=0, help="same seed, same bytes")
     parser.add_argument("--vocab-size", type=int, default=600, help="joined sentencepiece BPE vocabulary")
@@ -328,7 +326,7 @@ def parse_args(argv):
     parser.add_argument("--describe", nargs="+", metavar="PREFIX",
                         help="only print statistics of existing splits (e.g. data/sanstype/train) and exit")
     args = parser.parse_args(argv)
-    for flag in ("num_labeled", "num_unlabeled", "num_eval", "vocab_size"):
+    for flag in ("labeled", "unlabeled", "num_eval", "vocab_size"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be a positive integer, got {getattr(args, flag)}")
     return args
@@ -342,8 +340,9 @@ def main(argv=None):
 
 
 def make_sanstype(args):
-    sizes = {"train": args.num_labeled, "val": args.num_eval, "test": args.num_eval,
-             "ood": args.num_eval, "unlabeled": args.num_unlabeled}
+    common.check_writable(args.out)
+    sizes = {"train": args.labeled, "val": args.num_eval, "test": args.num_eval,
+             "ood": args.num_eval, "unlabeled": args.unlabeled}
     splits = {name: make_split(name, size, args.seed, OUT_OF_DISTRIBUTION if name == "ood" else IN_DISTRIBUTION)
               for name, size in sizes.items()}
     print(f"generated {sum(sizes.values())} programs: " + ", ".join(f"{n} {s}" for n, s in sizes.items()))

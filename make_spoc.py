@@ -28,7 +28,6 @@ Train programs whose pseudocode or code is longer than --max-chars (1000) charac
 Appendix E (which keeps 11355 of 11925, 95.2%; on the sample's 3035 programs this rule keeps 95.8%); val and the
 test splits are kept whole.
 """
-import argparse
 import json
 import os
 import re
@@ -146,6 +145,7 @@ def write_split(out: str, split: str, programs: list[dict], cases: dict):
 
 
 def make_spoc(args):
+    common.check_writable(args.out)
     splits = args.splits.split(",")
     paths = {split: split_file(args, split) for split in splits}  # every missing file before any work
     testcases = args.testcases or os.path.join(args.spoc, "testcases")
@@ -189,8 +189,7 @@ def make_spoc(args):
 
 
 def parse_args(argv):
-    parser = common.ArgumentParser(prog="make_spoc.py", description=__doc__.split("\n\n")[0],
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = common.ArgumentParser(prog="make_spoc.py", description=__doc__)
     parser.add_argument("--spoc", required=True, help="the SPoC release's folder (train/, test/, testcases/)")
     parser.add_argument("--out", default="data/spoc", help="output directory")
     parser.add_argument("--splits", default=",".join(SPLITS), help="the splits to write")

@@ -116,3 +116,7 @@ def denoiser_loss_with_error_detector(pi_loss, error_free, gamma: float = -50.0)
         wrong = sum(ok and prediction != y for (prediction, y), ok in zip(predicted, passed))
         return (pi_loss(flagged) if flagged else 0.0) - gamma * wrong
     return pi_loss_g
+
+
+if __name__ == "__main__":  # a module, not a stage: running it shows what it holds
+    print(__doc__)

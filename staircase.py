@@ -13,11 +13,12 @@ grid of the extrapolation intervals N+1..2N; there, its share of points off by 1
 integer) and the first such interval; the paper's norm ‖f‖; and f's slope on [N, 2N], which decides how far Π∘f
 extrapolates. The PNG draws Figure 1's bottom panels, standard | composed, the extrapolation region shaded.
 """
-import argparse
 import os
 import time
 
 import torch
+
+import common
 from PIL import Image, ImageDraw, ImageFont
 
 HP = dict(
@@ -200,8 +201,7 @@ def sweep(seed, hp=HP):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="staircase.py", description=__doc__.split("\n")[0])
-    parser.error = lambda message: parser.exit(2, f"staircase.py: error: {message}\n")   # one line, no usage dump
+    parser = common.ArgumentParser(prog="staircase.py", description=__doc__)
     parser.add_argument("--n", type=int, default=6, help="number of intervals N, at least 2")
     parser.add_argument("--delta", type=float, default=0.5, help="gap δ between intervals, in (0, 1)")
     parser.add_argument("--seed", type=int, default=0, help="draws the training points and the initial nets")
@@ -210,6 +210,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.n < 2 or not 0 < args.delta < 1:
         parser.error(f"need --n >= 2 and 0 < --delta < 1 (got --n {args.n} --delta {args.delta})")
+    try:
+        common.check_output_file(args.plot, "--plot")
+    except common.UsageError as error:
+        parser.error(str(error))
     start = time.time()
     if args.sweep:
         sweep(args.seed)

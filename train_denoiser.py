@@ -12,7 +12,6 @@ a fixed corrupted copy of val.tgt, on which it also reports, every --repair-ever
 repairs are exact and how many compile. On SPoC, Pi is Appendix E's pair (g, nu): the error
 detector g (the compiler) passes a program that compiles, and only the others are repaired.
 """
-import argparse
 import os
 import random
 import sys
@@ -28,29 +27,33 @@ PRESETS = {
     # The authors' fairseq command (Appendix C): ~16000 tokens (about 176 programs) an update, inverse-sqrt.
     ("sanstype", "paper"): dict(
         d_model=256, n_heads=2, layers=3, d_ff=1024, dropout=0.4, attention_dropout=0.2, activation_dropout=0.2,
-        batch_size=176, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7,
-        epochs=50, patience=50, label_smoothing="0", corruption="code", error_detector="none", max_programs=0),
+        batch_size=176, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7, precision="fp32",
+        epochs=50, patience=50, label_smoothing="0",
+        corruption="code", error_detector="none"),
     # Minutes on 2 cores. Pi's budget decides whether pre-training helps at all (EXPERIMENTS.md, "the denoiser's
     # age and budget"); attention and activation dropout are off because their masks cost a third of a CPU step.
     ("sanstype", "cpu"): dict(
         d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
-        batch_size=32, lr=1e-3, lr_schedule="constant", warmup_steps=300, warmup_start_lr=0.0,
-        epochs=12, patience=3, label_smoothing="0", corruption="code", error_detector="none", max_programs=0),
+        batch_size=32, lr=1e-3, lr_schedule="constant", warmup_steps=300, warmup_start_lr=0.0, precision="fp32",
+        epochs=12, patience=3, label_smoothing="0",
+        corruption="code", error_detector="none"),
     ("sanstype", "smoke"): dict(  # the tests
         d_model=32, n_heads=2, layers=1, d_ff=64, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
-        batch_size=8, lr=1e-3, lr_schedule="constant", warmup_steps=5, warmup_start_lr=0.0,
-        epochs=2, patience=2, label_smoothing="0", corruption="code", error_detector="none", max_programs=64),
+        batch_size=8, lr=1e-3, lr_schedule="constant", warmup_steps=5, warmup_start_lr=0.0, precision="fp32",
+        epochs=2, patience=2, label_smoothing="0",
+        corruption="code", error_detector="none"),
     # Appendix E: 5+5 layers, 8 heads, FLoRes's recipe; the authors' 9 epochs hold every program 4 times (clean
     # once, one corrupted line 3 times), 36 of ours, which corrupt 3 programs in 4 afresh every epoch.
     ("spoc", "paper"): dict(
         d_model=256, n_heads=8, layers=5, d_ff=1024, dropout=0.4, attention_dropout=0.2, activation_dropout=0.2,
-        batch_size=90, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7,
-        epochs=36, patience=36, label_smoothing="0.2:20,0.1:4,0.0", corruption="line", error_detector="compile",
-        max_programs=0),
+        batch_size=90, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7, precision="fp32",
+        epochs=36, patience=36, label_smoothing="0.2:20,0.1:4,0.0",
+        corruption="line", error_detector="compile"),
     ("spoc", "cpu"): dict(  # sized for the full release's 11355 programs on 2 cores
         d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
-        batch_size=32, lr=1e-3, lr_schedule="constant", warmup_steps=300, warmup_start_lr=0.0,
-        epochs=4, patience=2, label_smoothing="0", corruption="line", error_detector="compile", max_programs=0),
+        batch_size=32, lr=1e-3, lr_schedule="constant", warmup_steps=300, warmup_start_lr=0.0, precision="fp32",
+        epochs=4, patience=2, label_smoothing="0",
+        corruption="line", error_detector="compile"),
 }
 PRESETS["spoc", "smoke"] = dict(PRESETS["sanstype", "smoke"], corruption="line", error_detector="compile")
 CORRUPTIONS = {
@@ -61,32 +64,38 @@ CORRUPTIONS = {
 
 
 def parse_args(argv=None):
-    parser = common.ArgumentParser(prog="train_denoiser.py", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="data/sanstype")
-    parser.add_argument("--out", default="runs/denoiser")
+    parser = common.ArgumentParser(prog="train_denoiser.py", description=__doc__)
+    parser.add_argument("--data", default="data/sanstype", help="a folder make_sanstype.py or make_spoc.py wrote")
+    parser.add_argument("--out", default="runs/denoiser", help="output folder")
     parser.add_argument("--corruption", choices=sorted(CORRUPTIONS),
                         help="code (SansType's default): Appendix C's statement-level type, stream and print edits; "
                              "random: drop each word of a statement (Table 5); line (SPoC's default): Appendix E's "
                              "one-line insertion, deletion or replacement of a keyword, identifier or symbol")
-    parser.add_argument("--num-corruptions", type=int, default=3,
-                        help="code: at most this many statements noised per program (1 to N, 90%% of programs)")
-    parser.add_argument("--deletion-probability", type=float, default=0.15)
-    parser.add_argument("--max-programs", type=int, help="use only this many training programs (0: all)")
+    parser.add_argument("--num-corruptions", type=int,
+                        help="code: at most this many statements noised per program (1 to N, 90%% of programs; "
+                             "default: 3)")
+    parser.add_argument("--deletion-probability", type=float, help="random: of each word (default: 0.15)")
+    parser.add_argument("--unlabeled", type=int, default=0, help="use only the first N programs (the unlabeled "
+                        "code, then the labeled pairs' code; 0: all)")
     parser.add_argument("--error-detector", choices=("compile", "none"),
                         help="Appendix E's g, stored with Pi: Pi leaves a program g passes as it is; compile (SPoC's "
                              "default): g passes programs that compile; none (SansType's): Pi repairs every program")
     parser.add_argument("--repair-every", type=int, default=1, help="judge val repairs every N epochs (0: never)")
     parser.add_argument("--repair-programs", type=int, default=100, help="how many val programs to repair")
     common.add_training_args(parser)
+    common.show_preset_in_help(parser, argv, lambda dataset, known: PRESETS[dataset, known.preset])
     args = parser.parse_args(argv)
     common.apply_preset(parser, args, lambda dataset: PRESETS[dataset, args.preset])
+    for name, corruption, default in (("num_corruptions", "code", 3), ("deletion_probability", "random", 0.15)):
+        if getattr(args, name) is not None and args.corruption != corruption:
+            parser.error(f"--{name.replace('_', '-')} is for --corruption {corruption}, not {args.corruption}")
+        setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
     if args.error_detector == "compile" and args.dataset != "spoc":
         parser.error("--error-detector compile needs SPoC data (make_spoc.py)")
     if args.num_corruptions < 1 or not 0 <= args.deletion_probability <= 1:
         parser.error("--num-corruptions must be at least 1 and --deletion-probability within [0, 1]")
-    if args.max_programs < 0 or args.repair_every < 0 or args.repair_programs < 1:
-        parser.error("--max-programs and --repair-every must not be negative, --repair-programs at least 1")
+    if args.unlabeled < 0 or args.repair_every < 0 or args.repair_programs < 1:
+        parser.error("--unlabeled and --repair-every must not be negative, --repair-programs at least 1")
     return args
 
 
@@ -101,10 +110,13 @@ def train(args):
     unlabeled = os.path.join(args.data, "unlabeled.tgt")  # SPoC has none unless make_spoc.py --unlabeled wrote it
     programs = (common.read_lines(unlabeled) if os.path.exists(unlabeled) else []) + \
         common.read_lines(os.path.join(args.data, "train.tgt"))
-    programs = programs[:args.max_programs] if args.max_programs else programs
+    if args.unlabeled > len(programs):
+        raise common.UsageError(f"--unlabeled {args.unlabeled}: {args.data} has only {len(programs)} programs")
+    programs = programs[:args.unlabeled] if args.unlabeled else programs
     val = common.read_lines(os.path.join(args.data, "val.tgt"))
     if not programs or not val:
         raise common.UsageError(f"no programs to train or validate on in {args.data}")
+    common.claim_output(args)
     corrupt = CORRUPTIONS[args.corruption]
     spoc_cases = spoc.read_cases(args.data, "val") if args.dataset == "spoc" else None
 

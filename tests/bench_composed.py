@@ -90,8 +90,8 @@ def main():
 
     spm = common.read_tokenizer_bytes(args.data)
     tokenizer = common.load_tokenizer(spm)
-    model, _ = common.load_model(args.init, spm, args.data)
-    denoiser, _ = common.load_model(args.denoiser, spm, args.data)
+    model, _ = common.load_model(args.init, spm, args.data, "predictor")
+    denoiser, _ = common.load_model(args.denoiser, spm, args.data, "denoiser")
     denoiser.eval().requires_grad_(False)
     pairs = finetune.load_pairs(args.data, "train", tokenizer)
     every_batch = list(common.batches(pairs, args.batch_size))  # sorted by length, as training sees them

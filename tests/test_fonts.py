@@ -236,9 +236,9 @@ def test_bad_numbers_and_ignored_flags_are_errors(tmp_path, capsys):
     data = ["--data", str(tmp_path / "missing.npz")]   # the flags must be refused before the data is read
     for argv, flag in [(["train", "--method", "direct", "--epochs", "0"], "--epochs 0"),
                        (["denoiser", "--steps", "-1"], "--steps -1"),
-                       (["train", "--method", "direct", "--n-train", "-5"], "--n-train -5"),
+                       (["train", "--method", "direct", "--labeled", "-5"], "--labeled -5"),
                        (["train", "--method", "direct", "--l2", "0", "-0.001"], "--l2 -0.001"),
-                       (["denoiser", "--unlabeled-fonts", "-3"], "--unlabeled-fonts -3"),
+                       (["denoiser", "--unlabeled", "-3"], "--unlabeled -3"),
                        (["train", "--method", "composed", "--dropout", "1"], "--dropout 1"),
                        (["train", "--method", "direct", "--denoiser", "pi.pt"], "--denoiser"),  # direct has no Pi
                        (["evaluate", "direct.pt", "--png", "grid.png"], "--png"),              # the grid needs --runs

@@ -17,7 +17,7 @@ import make_sanstype
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "fixtures", "released")
-TINY = ["--num-labeled", "30", "--num-unlabeled", "100", "--num-eval", "20", "--vocab-size", "200", "--seed", "1"]
+TINY = ["--labeled", "30", "--unlabeled", "100", "--num-eval", "20", "--vocab-size", "200", "--seed", "1"]
 SPLITS = ["train", "val", "test", "ood"]
 FILES = [f"{s}.{e}" for s in SPLITS for e in ("src", "tgt", "inp", "out")] + ["unlabeled.tgt", "spm.model",
                                                                               "dataset.json"]
@@ -208,7 +208,7 @@ def test_a_broken_gold_program_stops_with_its_name(tmp_path, monkeypatch):
 
     monkeypatch.setattr(make_sanstype, "make_split", make_split_with_a_bug)
     with pytest.raises(SystemExit) as stop:
-        make_sanstype.main(["--out", str(tmp_path / "data"), "--num-labeled", "3", "--num-unlabeled", "3",
+        make_sanstype.main(["--out", str(tmp_path / "data"), "--labeled", "3", "--unlabeled", "3",
                             "--num-eval", "2", "--vocab-size", "80"])
     message = str(stop.value.code)
     broken = make_split_with_a_bug("test", 2, 0, make_sanstype.IN_DISTRIBUTION)[1][1]
@@ -217,8 +217,8 @@ def test_a_broken_gold_program_stops_with_its_name(tmp_path, monkeypatch):
     assert not (tmp_path / "data").exists()  # nothing half-written
 
 
-@pytest.mark.parametrize("flags", [["--num-labeled", "0"], ["--num-eval", "-5"], ["--num-unlabeled", "x"],
-                                   ["--num-labeled", "2", "--num-unlabeled", "2", "--num-eval", "1",
+@pytest.mark.parametrize("flags", [["--labeled", "0"], ["--num-eval", "-5"], ["--unlabeled", "x"],
+                                   ["--labeled", "2", "--unlabeled", "2", "--num-eval", "1",
                                     "--vocab-size", "10"]])
 def test_bad_flags_exit_2_with_one_error_line(flags, tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -244,7 +244,7 @@ def test_describe_prints_the_statistics_of_existing_splits(capsys, tmp_path):
 def test_small_data_gets_a_smaller_vocabulary_with_a_message(tmp_path, capsys):
     """600 pieces need more text than 60 labeled and 200 unlabeled programs hold: the tokenizer takes as many
     as the data supports, and says so, instead of failing."""
-    make_sanstype.main(["--out", str(tmp_path / "data"), "--num-labeled", "60", "--num-unlabeled", "200",
+    make_sanstype.main(["--out", str(tmp_path / "data"), "--labeled", "60", "--unlabeled", "200",
                         "--num-eval", "20"])
     out = capsys.readouterr().out
     pieces = int(out.split("supports at most ")[1].split(" ")[0])

@@ -10,6 +10,7 @@ import time
 
 import pytest
 import torch
+from PIL import Image
 
 import common
 import evaluate
@@ -28,7 +29,7 @@ def script(name, *args, cwd=None):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     out = tmp_path_factory.mktemp("sanstype")
-    make_sanstype.main(["--out", str(out), "--num-labeled", "40", "--num-unlabeled", "60", "--num-eval", "8",
+    make_sanstype.main(["--out", str(out), "--labeled", "40", "--unlabeled", "60", "--num-eval", "8",
                         "--vocab-size", "150", "--seed", "3"])
     return out
 
@@ -60,8 +61,10 @@ def test_denoiser_learns_and_its_checkpoint_stands_alone(denoiser):
 
 @pytest.mark.parametrize("method", ["baseline", "standard", "bart"])
 def test_finetune_methods_learn(data, denoiser, tmp_path, method):
-    result = script("finetune.py", "--method", method, "--preset", "smoke", "--data", data, "--denoiser",
-                    denoiser[0], "--out", tmp_path, "--epochs", "3", "--patience", "9", "--frozen-epochs", "2")
+    flags = {"baseline": [], "standard": ["--denoiser", denoiser[0]],
+             "bart": ["--denoiser", denoiser[0], "--frozen-epochs", "2"]}[method]
+    result = script("finetune.py", "--method", method, "--preset", "smoke", "--data", data, *flags, "--out", tmp_path,
+                    "--epochs", "3", "--patience", "9")
     assert result.returncode == 0, result.stderr
     losses = epoch_losses(result.stderr)
     assert len(losses) == 3 and losses[-1] < losses[0]
@@ -70,13 +73,22 @@ def test_finetune_methods_learn(data, denoiser, tmp_path, method):
 
 
 def test_bf16_autocast_trains_as_fp32_does(data, tmp_path):
-    """--precision bf16 runs the matrix products in bfloat16: the same run's losses stay close to fp32's."""
+    """--precision bf16 runs the matrix products in bfloat16: the same run's losses stay close to fp32's. fp32
+    is the reference: its losses are those recorded at commit 10eba2e (to 1e-4: other CPUs may sum a matrix
+    product in another order), and auto picks bf16 only on a CPU with native bf16."""
     losses = {}
-    for precision in ("fp32", "bf16"):
+    for precision in ("fp32", "bf16", "auto"):
         result = script("finetune.py", "--method", "baseline", "--preset", "smoke", "--data", data, "--out",
                         tmp_path / precision, "--epochs", "3", "--precision", precision)
         assert result.returncode == 0, result.stderr
         losses[precision] = epoch_losses(result.stderr)
+    history = common.load_checkpoint(str(tmp_path / "fp32" / "last.pt"), needs=("state",))["state"]["history"]
+    assert [loss for h in history for loss in (h["train_loss"], h["val_loss"])] == pytest.approx(
+        [5.326212213655338, 4.924919605255127, 4.907847291901615, 4.688833236694336, 4.760363048322416,
+         4.613809108734131], rel=1e-4)
+    auto = common.load_checkpoint(str(tmp_path / "auto" / "model.pt"))["args"]["precision"]
+    assert auto == ("bf16" if common.cpu_has_native_bf16() else "fp32")
+    assert losses["auto"] == losses[auto]
     assert losses["bf16"][-1] < losses["bf16"][0]
     assert losses["bf16"] != losses["fp32"]  # it did run in another precision
     assert all(abs(b / f - 1) < 0.05 for f, b in zip(losses["fp32"], losses["bf16"])), losses
@@ -133,7 +145,7 @@ def test_resume_after_kill_9_loses_at_most_an_epoch(data, tmp_path):
 
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(data, denoiser, tmp_path):
     other = tmp_path / "other"
-    make_sanstype.main(["--out", str(other), "--num-labeled", "20", "--num-unlabeled", "20", "--num-eval", "4",
+    make_sanstype.main(["--out", str(other), "--labeled", "20", "--unlabeled", "20", "--num-eval", "4",
                         "--vocab-size", "120", "--seed", "4"])
     not_a_checkpoint = tmp_path / "junk.pt"
     not_a_checkpoint.write_text("hello")
@@ -171,8 +183,9 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
     for extra in ([], ["--denoiser", denoiser[0]]):
         result = script("evaluate.py", tmp_path / "model.pt", "--data", data, "--splits", "test", *extra)
         assert result.returncode == 0, result.stderr
-        header, row = result.stdout.splitlines()  # the table's header, then the row: the run's folder, the method
-        assert header.split()[:2] == ["run", "method"] and row.split()[:2] == [tmp_path.name, "standard"]
+        header, legend, row = result.stdout.splitlines()  # the table's header and legend, then the row
+        assert header.split()[:2] == ["run", "method"] and legend.startswith("(Pi: ")
+        assert row.split()[:3] == [tmp_path.name, "standard", "smoke"] and row.split()[7] == "8"  # preset, programs
     for name in ("eval_test", "eval_test_denoised"):
         summary = json.load(open(tmp_path / f"{name}.json"))
         rows = [json.loads(line) for line in open(tmp_path / f"{name}.jsonl")]
@@ -183,8 +196,12 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
     unevaluated = tmp_path / "unevaluated"
     assert script("finetune.py", "--method", "baseline", "--preset", "smoke", "--data", data, "--out", unevaluated,
                   "--epochs", "1").returncode == 0
+    curves = script("evaluate.py", "--curves", tmp_path, unevaluated, "--png", tmp_path / "curves.png")
+    assert curves.returncode == 0, curves.stderr
+    colors = {color for _, color in Image.open(tmp_path / "curves.png").getcolors(10 ** 6)}
+    assert set(evaluate.CURVE_COLORS[:2]) <= colors  # a line per run
     table = script("evaluate.py", "--table", tmp_path, unevaluated, denoiser[0].parent)  # (a denoiser needs none)
-    assert table.returncode == 0 and len(table.stdout.strip().splitlines()) == 4
+    assert table.returncode == 0 and len(table.stdout.strip().splitlines()) == 5
     assert table.stdout.strip().endswith(f"not evaluated (no eval_*.json): {unevaluated}")
 
 
@@ -201,8 +218,8 @@ def test_the_table_measures_relative_accuracy_against_the_first_standard_run(tmp
     summary("sweep/standard_small", "standard", 0.10)
     evaluate.main(["--table", str(tmp_path / "runs/standard"), str(tmp_path / "runs/composed"),
                    str(tmp_path / "sweep/standard_small")])
-    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
-    assert rows["composed"][8] == "50.0" and rows["standard"][8] == "0.0" and rows["standard_small"][8] == "-50.0"
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["composed"][10] == "50.0" and rows["standard"][10] == "0.0" and rows["standard_small"][10] == "-50.0"
 
 
 def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path):
@@ -223,8 +240,11 @@ def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path):
 
 
 def test_composed_model_is_evaluated_through_its_denoiser(data, denoiser, tmp_path):
+    standard = script("finetune.py", "--method", "standard", "--preset", "smoke", "--data", data, "--denoiser",
+                      denoiser[0], "--out", tmp_path / "standard", "--epochs", "1")
+    assert standard.returncode == 0, standard.stderr
     result = script("finetune.py", "--method", "composed", "--preset", "smoke", "--data", data, "--init",
-                    denoiser[0], "--denoiser", denoiser[0], "--out", tmp_path, "--epochs", "2")
+                    tmp_path / "standard" / "model.pt", "--denoiser", denoiser[0], "--out", tmp_path, "--epochs", "2")
     assert result.returncode == 0, result.stderr
     assert len(epoch_losses(result.stderr)) == 2
     composed = common.load_checkpoint(str(tmp_path / "model.pt"))
@@ -298,15 +318,17 @@ def test_fine_tuning_trains_with_its_own_dropout_not_the_denoisers(data, tmp_pat
     paper = dict(vocab_size=150, d_model=256, n_heads=2, encoder_layers=3, decoder_layers=3, d_ff=1024)
     pi = common.Transformer(common.TransformerConfig(**paper, dropout=0.4, attention_dropout=0.2,
                                                      activation_dropout=0.2))
-    checkpoint = {"config": dataclasses.asdict(pi.config), "model": pi.state_dict(), "spm": spm, "method": "standard"}
+    checkpoint = {"config": dataclasses.asdict(pi.config), "model": pi.state_dict(), "spm": spm, "role": "denoiser"}
     common.save_checkpoint(str(tmp_path / "pi.pt"), checkpoint)
     built = []
     monkeypatch.setattr(common, "fit", lambda model, *args, **kwargs: built.append(model) or
                         {"best_epoch": 1, "best_loss": 1.0})
-    monkeypatch.setattr(common, "load_checkpoint", lambda path, needs=(): checkpoint)  # bart reloads its stage
-    finetune.finetune(finetune.parse_args(["--method", method, "--preset", "paper", "--data", str(data),
-                                           "--denoiser", str(tmp_path / "pi.pt"), "--init", str(tmp_path / "pi.pt"),
-                                           "--out", str(tmp_path / method)]))
+    f = {**checkpoint, "role": "predictor"}  # composed's f, with the same weights
+    monkeypatch.setattr(common, "load_checkpoint",  # (bart reloads its first stage's)
+                        lambda path, needs=(): f if path.endswith("f.pt") else checkpoint)
+    init = ["--init", str(tmp_path / "f.pt")] if method == "composed" else []
+    finetune.finetune(finetune.parse_args(["--method", method, "--preset", "paper", "--data", str(data), *init,
+                                           "--denoiser", str(tmp_path / "pi.pt"), "--out", str(tmp_path / method)]))
     model = built[0]
     assert torch.equal(model.embed.weight, pi.embed.weight)  # Pi's weights ...
     layer = model.decoder[0]

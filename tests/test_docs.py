@@ -1,0 +1,53 @@
+"""Every command the README and EXPERIMENTS.md show uses flags its script has (a renamed flag would leave a
+reader's copied command failing)."""
+import contextlib
+import io
+import os
+import re
+
+import pytest
+
+import evaluate
+import finetune
+import fonts
+import make_sanstype
+import make_spoc
+import staircase
+import train_denoiser
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAINS = {"make_sanstype.py": make_sanstype.main, "make_spoc.py": make_spoc.main, "train_denoiser.py":
+         train_denoiser.main, "finetune.py": finetune.main, "evaluate.py": evaluate.main, "fonts.py": fonts.main,
+         "staircase.py": staircase.main}
+
+
+def flags_of(script: str, subcommand: str | None) -> set[str]:
+    """The flags a script's --help lists."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        MAINS[script]([subcommand, "--help"] if subcommand else ["--help"])
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", out.getvalue()))
+
+
+def documented_commands():
+    """(file, script, subcommand, flags) for each `python SCRIPT ...` in the docs' code blocks."""
+    for name in ("README.md", "EXPERIMENTS.md"):
+        text = open(os.path.join(ROOT, name), encoding="utf-8").read().replace("\\\n", " ")
+        for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL):
+            for line in block.splitlines():
+                command = line.split("#")[0]
+                for part in re.split(r"&&|;|\|\||\bdo\b", command):
+                    words = part.split()
+                    if len(words) > 1 and words[0] == "python" and words[1] in MAINS:
+                        subcommand = words[2] if words[1] == "fonts.py" and len(words) > 2 else None
+                        yield name, words[1], subcommand, {w.split("=")[0] for w in words[2:] if w.startswith("--")}
+
+
+def test_every_documented_flag_exists():
+    commands = list(documented_commands())
+    assert len(commands) > 40  # both files were read
+    known = {}
+    for name, script, subcommand, flags in commands:
+        known.setdefault((script, subcommand), flags_of(script, subcommand))
+        unknown = flags - known[script, subcommand]
+        assert not unknown, f"{name}: python {script} {subcommand or ''} uses {sorted(unknown)}"

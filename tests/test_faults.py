@@ -1,0 +1,171 @@
+"""A new user's faults: every bad input is one line on stderr and exit code 2, before any work, and nothing
+the user made is lost or misread (a finished run is never replaced unasked, a checkpoint of the wrong role is
+refused, a resumed run keeps its settings).
+
+The table FAULTS holds the bad inputs as data: the script, its arguments, and a word its one line must hold.
+The scripts run in this process (their main(argv)), so the table stays fast."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import evaluate
+import finetune
+import fonts
+import make_sanstype
+import make_spoc
+import staircase
+import train_denoiser
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPOC = os.path.join(ROOT, "tests", "fixtures", "spoc")
+MAINS = {"make_sanstype.py": make_sanstype.main, "make_spoc.py": make_spoc.main, "train_denoiser.py":
+         train_denoiser.main, "finetune.py": finetune.main, "evaluate.py": evaluate.main, "fonts.py": fonts.main,
+         "staircase.py": staircase.main}
+SMOKE = ("--preset", "smoke")
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return make_work(tmp_path_factory.mktemp("faults"))
+
+
+def make_work(w):
+    """A tiny data folder, a denoiser and a standard predictor trained on it, a junk file, a data folder with a
+    broken tokenizer, and a finished fonts checkpoint: what the faults below point at."""
+    make_sanstype.main(["--out", str(w / "data"), "--labeled", "40", "--unlabeled", "60", "--num-eval", "8",
+                        "--vocab-size", "150", "--seed", "3"])
+    train_denoiser.main(["--data", str(w / "data"), *SMOKE, "--out", str(w / "pi"), "--repair-every", "0"])
+    finetune.main(["--method", "standard", "--data", str(w / "data"), *SMOKE, "--denoiser", str(w / "pi/model.pt"),
+                   "--out", str(w / "standard"), "--epochs", "1"])
+    (w / "junk.pt").write_text("hello")
+    (w / "broken").mkdir()
+    for name in ("dataset.json", "train.src", "train.tgt", "val.src", "val.tgt", "unlabeled.tgt"):
+        (w / "broken" / name).write_bytes((w / "data" / name).read_bytes())
+    (w / "broken" / "spm.model").write_bytes((w / "data" / "spm.model").read_bytes()[:100])  # truncated
+    (w / "fonts_run.pt").write_bytes(b"a finished fonts run")
+    return w
+
+
+def fault_table(w):
+    """(script, arguments, a word the one line must hold). {w}: the work folder; {file}/x: under a file."""
+    data, pi, f = ["--data", f"{w}/data"], f"{w}/pi/model.pt", f"{w}/standard/model.pt"
+    under_a_file, out = f"{w}/junk.pt/x", f"{w}/new_run"
+    return [
+        ("make_sanstype.py", ["--labeled", "0", "--out", out], "positive integer"),
+        ("make_sanstype.py", ["--out", under_a_file], "cannot write there"),
+        ("make_spoc.py", ["--spoc", f"{w}/nowhere", "--out", out], "missing file"),
+        ("make_spoc.py", ["--spoc", SPOC, "--out", under_a_file], "cannot write there"),
+        ("train_denoiser.py", ["--data", f"{w}/nowhere", "--out", out], "dataset.json"),
+        ("train_denoiser.py", [*data, "--epochs", "-3", "--out", out], "at least 1"),
+        ("train_denoiser.py", [*data, *SMOKE, "--out", under_a_file], "cannot write there"),
+        ("train_denoiser.py", [*data, *SMOKE, "--out", f"{w}/pi"], "holds a run"),
+        ("train_denoiser.py", [*data, *SMOKE, "--out", out, "--device", "tpu"], "this machine has cpu"),
+        ("train_denoiser.py", [*data, *SMOKE, "--out", out, "--device", "cuda:7"], "this machine has"),
+        ("train_denoiser.py", [*data, *SMOKE, "--out", out, "--corruption", "random", "--num-corruptions", "2"],
+         "is for --corruption code"),
+        ("train_denoiser.py", [*data, *SMOKE, "--out", out, "--unlabeled", "99999"], "has only 100 programs"),
+        ("train_denoiser.py", [*data, *SMOKE, "--out", f"{w}/pi", "--resume", "--lr", "0.5"], "it ran with 0.001"),
+        ("train_denoiser.py", [*data, *SMOKE, "--out", f"{w}/pi", "--resume", "--overwrite"], "not allowed with"),
+        ("train_denoiser.py", ["--data", f"{w}/broken", *SMOKE, "--out", out], "not a sentencepiece model"),
+        ("finetune.py", ["--method", "baseline", *data, "--init", f, "--out", out], "does not apply"),
+        ("finetune.py", ["--method", "baseline", *data, "--samples", "2", "--out", out], "does not apply"),
+        ("finetune.py", ["--method", "standard", *data, "--frozen-epochs", "2", "--out", out], "does not apply"),
+        ("finetune.py", ["--method", "standard", *data, *SMOKE, "--denoiser", f, "--out", out],
+         "predictor checkpoint, where a denoiser is needed"),
+        ("finetune.py", ["--method", "composed", *data, *SMOKE, "--init", pi, "--denoiser", pi, "--out", out],
+         "denoiser checkpoint, where a predictor is needed"),
+        ("finetune.py", ["--method", "composed", *data, *SMOKE, "--init", f, "--denoiser", f, "--out", out],
+         "where a denoiser is needed"),
+        ("finetune.py", ["--method", "standard", *data, *SMOKE, "--denoiser", pi, "--out", f"{w}/standard"],
+         "holds a run"),
+        ("finetune.py", ["--method", "baseline", *data, *SMOKE, "--labeled", "5000", "--out", out], "only 40"),
+        ("finetune.py", ["--method", "baseline", *data, "--dropout", "1.5", "--out", out], "within [0, 1)"),
+        ("finetune.py", ["--method", "magic", *data, "--out", out], "invalid choice"),
+        ("finetune.py", ["--method", "standard", *data, "--denoiser", f"{w}/junk.pt", "--out", out],
+         "not a checkpoint"),
+        ("finetune.py", ["--method", "baseline", *data, "--device", "tpu", "--out", out], "this machine has cpu"),
+        ("finetune.py", ["--method", "baseline", "--data", f"{w}/broken", *SMOKE, "--out", out],
+         "spm.model is not a sentencepiece model"),
+        ("finetune.py", ["--method", "bart", *data, *SMOKE, "--denoiser", pi, "--frozen-epochs", "5", "--out", out],
+         "must be below --epochs"),
+        ("finetune.py", ["--method", "standard", *data, *SMOKE, "--denoiser", pi, "--out", f"{w}/standard",
+                         "--resume", "--batch-size", "4"], "--batch-size 4 (it ran with 8)"),
+        ("evaluate.py", [pi, *data], "denoiser checkpoint, where a predictor is needed"),
+        ("evaluate.py", [f, *data, "--denoiser", f], "where a denoiser is needed"),
+        ("evaluate.py", [f"{w}/junk.pt", *data], "not a checkpoint"),
+        ("evaluate.py", ["--table", f"{w}/standard", "--denoiser", pi], "does not apply to --table"),
+        ("evaluate.py", [f, *data, "--json", f"{w}/x.json"], "does not apply to a model"),
+        ("evaluate.py", ["--predictions", f"{w}/nowhere.txt", *data], "missing predictions file"),
+        ("evaluate.py", [f, "--data", f"{w}/broken"], "not a sentencepiece model"),
+        ("evaluate.py", [f, *data, "--device", "tpu"], "this machine has cpu"),
+        ("evaluate.py", [], "give one of"),
+        ("fonts.py", ["train", "--method", "direct", "--epochs", "0"], "--epochs 0"),
+        ("fonts.py", ["denoiser", "--out", f"{under_a_file}.pt"], "cannot write there"),
+        ("fonts.py", ["train", "--method", "direct", "--out", f"{w}/fonts_run.pt"], "holds a finished run"),
+        ("fonts.py", ["evaluate", "--plot", f"{under_a_file}.png"], "cannot write there"),
+        ("staircase.py", ["--plot", f"{under_a_file}.png"], "cannot write there"),
+        ("staircase.py", ["--n", "1"], "need --n >= 2"),
+    ]
+
+
+def snapshot(folder):
+    """Every file below folder with its size and modification time: what a fault must leave as it was."""
+    return {os.path.join(d, name): (os.stat(os.path.join(d, name)).st_size, os.stat(os.path.join(d, name)).st_mtime_ns)
+            for d, _, names in os.walk(folder) for name in names}
+
+
+def test_every_fault_is_one_line_exit_2_and_writes_nothing(work, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("the device faults assume a machine without CUDA")
+    faults = fault_table(work)
+    assert len(faults) >= 30
+    before = snapshot(work)
+    for script, argv, word in faults:
+        with pytest.raises(SystemExit) as exit_:
+            MAINS[script](argv)
+        err = capsys.readouterr().err.strip()
+        assert exit_.value.code == 2, (script, argv, err)
+        assert len(err.splitlines()) == 1 and word in err, (script, argv, err)
+        assert snapshot(work) == before, (script, argv, "wrote something")
+
+
+def test_a_second_run_never_replaces_a_finished_one_unasked(work, tmp_path):
+    """The finished model.pt stays byte for byte; --overwrite starts over and removes the stale evaluations."""
+    run = tmp_path / "run"
+    flags = ["--method", "baseline", "--data", str(work / "data"), *SMOKE, "--out", str(run), "--epochs", "1"]
+    finetune.main(flags)
+    evaluate.main([str(run / "model.pt"), "--data", str(work / "data"), "--splits", "test"])
+    finished = (run / "model.pt").read_bytes()
+    with pytest.raises(SystemExit) as exit_:
+        finetune.main(flags)
+    assert exit_.value.code == 2 and (run / "model.pt").read_bytes() == finished
+    finetune.main([*flags, "--overwrite", "--seed", "1"])
+    assert (run / "model.pt").read_bytes() != finished and not list(run.glob("eval_*"))
+
+
+def test_resume_says_which_allowed_settings_changed(work, tmp_path, capsys):
+    run = tmp_path / "run"
+    flags = ["--method", "baseline", "--data", str(work / "data"), *SMOKE, "--out", str(run), "--epochs", "1"]
+    finetune.main(flags)
+    capsys.readouterr()
+    finetune.main([*flags[:-1], "2", "--resume"])
+    err = capsys.readouterr().err
+    assert "--resume: changed --epochs 2 (it ran with 1)" in err and "epoch 2:" in err
+
+
+def test_ctrl_c_exits_130_and_says_how_to_resume(work, tmp_path):
+    process = subprocess.Popen([sys.executable, os.path.join(ROOT, "finetune.py"), "--method", "baseline", "--data",
+                                str(work / "data"), *SMOKE, "--out", str(tmp_path / "run"), "--epochs", "1000",
+                                "--patience", "1000"], stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:  # interrupt once it trains
+        if line.startswith("epoch 1:"):
+            break
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    err = process.stderr.read()
+    assert process.wait(timeout=60) == 130 and "--resume" in err.strip().splitlines()[-1]
