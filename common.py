@@ -6,9 +6,9 @@ Table of contents
   3. U-Net                      the image denoiser of the font experiment (fonts.py)
   4. Corruptions                code-based and random-deletion noise for denoiser pre-training
   5. Losses                     sequence cross entropy; composed fine-tuning's REINFORCE loss (Eq. 1)
-  6. Checkpoints                self-contained model files
-  7. Training loop              presets, batches, early stopping, resume
-  8. Command-line plumbing      one-line errors and progress lines with an ETA
+  6. Checkpoints and run folders  self-contained model files; a finished run is never replaced unasked
+  7. Training loop              batches, early stopping, resume, learning-rate schedules, bf16
+  8. Command line               flags and presets, one-line errors, progress lines with an ETA
 
 The judge (compile and run programs, safely and in batches) is judge.py, a module of its own; what only
 SPoC needs (its noise, test cases and error detector g) is in spoc.py.
@@ -646,13 +646,15 @@ def denoiser_loss(denoiser, batch_size: int, device):
 
 
 # ============================================================================
-# 6. Checkpoints
+# 6. Checkpoints and run folders
 # ============================================================================
 # A checkpoint is one self-contained file: the model's config and weights, the tokenizer's
 # bytes, the arguments it was trained with and its best validation loss, so that loading it
 # needs no other file. Training writes two: model.pt (the best epoch so far, for the next
 # stage) and last.pt (the latest epoch with optimizer, step and random states, for --resume).
 # Both are written to a temporary file first and renamed, so a kill never leaves half a file.
+# A run's folder is claimed before any work: it must be writable, and a finished run in it is replaced only
+# by a run told to (--overwrite), or continued with its own settings (--resume).
 
 def save_checkpoint(path: str, payload: dict):
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -741,110 +743,27 @@ def claim_output(args):
     os.makedirs(out_dir, exist_ok=True)
 
 
+# What a resumed run may change: how long it goes on, and where things are. Anything else would make it
+# another run than the one it continues.
+MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "data", "out", "repair_every", "repair_programs")
+
+
+def check_resume_settings(args, last_path: str, say_changes: bool):
+    """--resume continues a run with the settings it ran with: refuse any other, but for MAY_CHANGE_ON_RESUME,
+    which it names (say_changes: on stderr, as the run's first line)."""
+    ran_with = load_checkpoint(last_path, needs=("args",))["args"]
+    differ = {name: f"--{name.replace('_', '-')} {value} (it ran with {ran_with[name]})" for name, value in
+              sorted(vars(args).items()) if ran_with.get(name, value) != value and name not in ("resume", "overwrite")}
+    refused = [text for name, text in differ.items() if name not in MAY_CHANGE_ON_RESUME]
+    if refused:
+        raise UsageError(f"--resume: {'; '.join(refused)}: resume with its settings, or --overwrite to start over")
+    if differ and say_changes:
+        print(f"--resume: changed {'; '.join(differ.values())}", file=sys.stderr)
+
+
 # ============================================================================
-# 7. Training loop: flags and presets, batches, and fit() with early stopping
+# 7. Training loop: batches, fit() with early stopping and resume, schedules
 # ============================================================================
-
-def add_training_args(parser):
-    """Flags shared by the training scripts. Those left at None take the value of the script's
-    preset (apply_preset), so a flag given on the command line always wins."""
-    parser.add_argument("--preset", choices=("cpu", "paper", "smoke"), default="cpu",
-                        help="cpu (default): minutes on 2 cores; paper: the paper's sizes, for a GPU; smoke: tests")
-    for flag, kind, text in [
-            ("--epochs", int, "maximum epochs"), ("--batch-size", int, "programs per batch"),
-            ("--lr", float, "peak learning rate of AdamW"),
-            ("--warmup-steps", int, "linear warm-up (--lr-schedule linear: at most a tenth of the run)"),
-            ("--warmup-start-lr", float, "the rate the warm-up starts from"),
-            ("--label-smoothing", str, "0: plain cross entropy, as the paper; VALUE:EPOCHS,...,VALUE: by epoch"),
-            ("--patience", int, "stop after this many epochs without a better validation loss"),
-            ("--d-model", int, "the model's width"), ("--n-heads", int, "attention heads"),
-            ("--layers", int, "encoder and decoder layers each"), ("--d-ff", int, "the feed-forward layer's width"),
-            ("--dropout", float, "on the residual branches and the embeddings"),
-            ("--attention-dropout", float, "on the attention weights"),
-            ("--activation-dropout", float, "after the feed-forward ReLU")]:
-        parser.add_argument(flag, type=kind, help=text)
-    parser.add_argument("--lr-schedule", choices=("constant", "inverse-sqrt", "linear"),
-                        help="after the warm-up: the peak rate to the end, fairseq's peak * sqrt(warm-up / step) "
-                             "(the paper's), or a linear decay to 0 at the last epoch")
-    # The same in every preset, as the authors ran fairseq: AdamW (0.9, 0.98) with weight decay 1e-4, no clipping.
-    parser.add_argument("--weight-decay", type=float, default=1e-4, help="AdamW's")
-    parser.add_argument("--clip-norm", type=float, default=0.0, help="clip the gradient's norm (0: no clipping)")
-    parser.add_argument("--precision", choices=("fp32", "bf16", "auto"),
-                        help="bf16: matrix products in bfloat16 under autocast (weights and optimizer stay fp32); "
-                             "auto: bf16 on a CPU with native bf16 (AVX512-BF16 or AMX), else fp32")
-    parser.add_argument("--seed", type=int, default=0, help="initialisation, batch order, dropout, sampling")
-    parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
-    either = parser.add_mutually_exclusive_group()
-    either.add_argument("--resume", action="store_true", help="continue from OUT/last.pt after an interrupt")
-    either.add_argument("--overwrite", action="store_true", help="start over in an --out that holds a run, "
-                        "removing its checkpoints and evaluations")
-
-
-def show_preset_in_help(parser, argv, preset_of):
-    """For --help: show as each flag's default the value of the preset that --data, --preset (and --method) in
-    argv choose, preset_of(dataset, those flags); or, without readable data, say how to see them."""
-    if not {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
-        return
-    first = argparse.ArgumentParser(add_help=False)
-    for name in ("data", "preset", "method"):
-        first.add_argument(f"--{name}", default=parser.get_default(name))
-    known = first.parse_known_args(argv)[0]
-    try:
-        parser.set_defaults(**preset_of(read_dataset(known.data), known))
-        parser.epilog = f"Defaults: the {known.preset} preset's for {known.data}; a flag given wins."
-    except (UsageError, KeyError):
-        needs = "--data and --method" if getattr(known, "method", "") is None else "--data"
-        parser.epilog = f"Flags shown without a default take the preset's value: --help with {needs} shows it."
-
-
-def apply_preset(parser, args, preset_of):
-    """Set every flag left unset (None) to its value in preset_of(dataset), the script's preset for the dataset
-    --data's manifest names (a dict by flag name), then refuse bad numbers (one line, exit 2)."""
-    try:
-        args.dataset, device = read_dataset(args.data), pick_device(args.device)
-    except UsageError as error:
-        parser.error(str(error))
-    for name, value in preset_of(args.dataset).items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, value)
-    for name in ("epochs", "batch_size", "patience", "d_model", "n_heads", "layers", "d_ff"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.lr <= 0 or min(args.warmup_steps, args.warmup_start_lr, args.weight_decay) < 0 or \
-            not all(0 <= p < 1 for p in (args.dropout, args.attention_dropout, args.activation_dropout)):
-        parser.error("--lr must be positive, warm-up and weight decay not negative, dropouts within [0, 1)")
-    if args.precision == "auto":  # decided here, so that the run's args say which it was
-        args.precision = "bf16" if device.type == "cpu" and cpu_has_native_bf16() else "fp32"
-    try:
-        label_smoothing_at(1, args.label_smoothing)
-    except ValueError:
-        parser.error(f"--label-smoothing {args.label_smoothing!r}: a number, or VALUE:EPOCHS,...,VALUE")
-    return args
-
-
-def settings(args) -> str:
-    """Every value a run uses, as its checkpoint's args hold them (None: a flag this run does not use)."""
-    return ", ".join(f"{name}={value}" for name, value in sorted(vars(args).items()) if value is not None)
-
-
-def label_smoothing_at(epoch: int, schedule: str) -> float:
-    """--label-smoothing "0.2:100,0.1:25,0.05": 0.2 for 100 epochs, then 0.1 for 25, then 0.05 to the end
-    (Appendix E: lowering the smoothing near the end improved every SPoC model); "0.1": 0.1 throughout."""
-    start = 0
-    for stage in str(schedule).split(","):
-        value, _, epochs = stage.partition(":")
-        start += int(epochs) if epochs else 10 ** 9
-        if epoch <= start:
-            return float(value)
-    return float(value)
-
-
-def config_from_args(args, vocab_size: int) -> TransformerConfig:
-    return TransformerConfig(vocab_size=vocab_size, d_model=args.d_model, n_heads=args.n_heads,
-                             encoder_layers=args.layers, decoder_layers=args.layers, d_ff=args.d_ff,
-                             dropout=args.dropout, attention_dropout=args.attention_dropout,
-                             activation_dropout=args.activation_dropout)
-
 
 def pick_device(name: str | None = None) -> torch.device:
     """--device, or the default: cuda when there is one, else cpu."""
@@ -969,24 +888,6 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     return state
 
 
-# What a resumed run may change: how long it goes on, and where things are. Anything else would make it
-# another run than the one it continues.
-MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "data", "out", "repair_every", "repair_programs")
-
-
-def check_resume_settings(args, last_path: str, say_changes: bool):
-    """--resume continues a run with the settings it ran with: refuse any other, but for MAY_CHANGE_ON_RESUME,
-    which it names (say_changes: on stderr, as the run's first line)."""
-    ran_with = load_checkpoint(last_path, needs=("args",))["args"]
-    differ = {name: f"--{name.replace('_', '-')} {value} (it ran with {ran_with[name]})" for name, value in
-              sorted(vars(args).items()) if ran_with.get(name, value) != value and name not in ("resume", "overwrite")}
-    refused = [text for name, text in differ.items() if name not in MAY_CHANGE_ON_RESUME]
-    if refused:
-        raise UsageError(f"--resume: {'; '.join(refused)}: resume with its settings, or --overwrite to start over")
-    if differ and say_changes:
-        print(f"--resume: changed {'; '.join(differ.values())}", file=sys.stderr)
-
-
 def checkpoint_to_resume(last_path: str) -> dict | None:
     """--resume: the last epoch's checkpoint, or None (said on stderr) when there is none yet."""
     if not os.path.exists(last_path):
@@ -1002,6 +903,18 @@ def restore(last: dict, model, optimizer, scheduler):
     optimizer.load_state_dict(last["optimizer"])
     scheduler.load_state_dict(last["scheduler"])
     torch.set_rng_state(last["rng"]["torch"])
+
+
+def label_smoothing_at(epoch: int, schedule: str) -> float:
+    """--label-smoothing "0.2:100,0.1:25,0.05": 0.2 for 100 epochs, then 0.1 for 25, then 0.05 to the end
+    (Appendix E: lowering the smoothing near the end improved every SPoC model); "0.1": 0.1 throughout."""
+    start = 0
+    for stage in str(schedule).split(","):
+        value, _, epochs = stage.partition(":")
+        start += int(epochs) if epochs else 10 ** 9
+        if epoch <= start:
+            return float(value)
+    return float(value)
 
 
 def learning_rate_factor(step: int, args, total_steps: int) -> float:
@@ -1051,8 +964,97 @@ def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable,
 
 
 # ============================================================================
-# 8. Command-line plumbing: one-line errors and progress lines
+# 8. Command line: flags and presets, one-line errors, progress lines
 # ============================================================================
+
+def add_training_args(parser):
+    """Flags shared by the training scripts. Those left at None take the value of the script's
+    preset (apply_preset), so a flag given on the command line always wins."""
+    parser.add_argument("--preset", choices=("cpu", "paper", "smoke"), default="cpu",
+                        help="cpu (default): minutes on 2 cores; paper: the paper's sizes, for a GPU; smoke: tests")
+    for flag, kind, text in [
+            ("--epochs", int, "maximum epochs"), ("--batch-size", int, "programs per batch"),
+            ("--lr", float, "peak learning rate of AdamW"),
+            ("--warmup-steps", int, "linear warm-up (--lr-schedule linear: at most a tenth of the run)"),
+            ("--warmup-start-lr", float, "the rate the warm-up starts from"),
+            ("--label-smoothing", str, "0: plain cross entropy, as the paper; VALUE:EPOCHS,...,VALUE: by epoch"),
+            ("--patience", int, "stop after this many epochs without a better validation loss"),
+            ("--d-model", int, "the model's width"), ("--n-heads", int, "attention heads"),
+            ("--layers", int, "encoder and decoder layers each"), ("--d-ff", int, "the feed-forward layer's width"),
+            ("--dropout", float, "on the residual branches and the embeddings"),
+            ("--attention-dropout", float, "on the attention weights"),
+            ("--activation-dropout", float, "after the feed-forward ReLU")]:
+        parser.add_argument(flag, type=kind, help=text)
+    parser.add_argument("--lr-schedule", choices=("constant", "inverse-sqrt", "linear"),
+                        help="after the warm-up: the peak rate to the end, fairseq's peak * sqrt(warm-up / step) "
+                             "(the paper's), or a linear decay to 0 at the last epoch")
+    # The same in every preset, as the authors ran fairseq: AdamW (0.9, 0.98) with weight decay 1e-4, no clipping.
+    parser.add_argument("--weight-decay", type=float, default=1e-4, help="AdamW's")
+    parser.add_argument("--clip-norm", type=float, default=0.0, help="clip the gradient's norm (0: no clipping)")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "auto"),
+                        help="bf16: matrix products in bfloat16 under autocast (weights and optimizer stay fp32); "
+                             "auto: bf16 on a CPU with native bf16 (AVX512-BF16 or AMX), else fp32")
+    parser.add_argument("--seed", type=int, default=0, help="initialisation, batch order, dropout, sampling")
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
+    either = parser.add_mutually_exclusive_group()
+    either.add_argument("--resume", action="store_true", help="continue from OUT/last.pt after an interrupt")
+    either.add_argument("--overwrite", action="store_true", help="start over in an --out that holds a run, "
+                        "removing its checkpoints and evaluations")
+
+
+def show_preset_in_help(parser, argv, preset_of):
+    """For --help: show as each flag's default the value of the preset that --data, --preset (and --method) in
+    argv choose, preset_of(dataset, those flags); or, without readable data, say how to see them."""
+    if not {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
+        return
+    first = argparse.ArgumentParser(add_help=False)
+    for name in ("data", "preset", "method"):
+        first.add_argument(f"--{name}", default=parser.get_default(name))
+    known = first.parse_known_args(argv)[0]
+    try:
+        parser.set_defaults(**preset_of(read_dataset(known.data), known))
+        parser.epilog = f"Defaults: the {known.preset} preset's for {known.data}; a flag given wins."
+    except (UsageError, KeyError):
+        needs = "--data and --method" if getattr(known, "method", "") is None else "--data"
+        parser.epilog = f"Flags shown without a default take the preset's value: --help with {needs} shows it."
+
+
+def apply_preset(parser, args, preset_of):
+    """Set every flag left unset (None) to its value in preset_of(dataset), the script's preset for the dataset
+    --data's manifest names (a dict by flag name), then refuse bad numbers (one line, exit 2)."""
+    try:
+        args.dataset, device = read_dataset(args.data), pick_device(args.device)
+    except UsageError as error:
+        parser.error(str(error))
+    for name, value in preset_of(args.dataset).items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+    for name in ("epochs", "batch_size", "patience", "d_model", "n_heads", "layers", "d_ff"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.lr <= 0 or min(args.warmup_steps, args.warmup_start_lr, args.weight_decay) < 0 or \
+            not all(0 <= p < 1 for p in (args.dropout, args.attention_dropout, args.activation_dropout)):
+        parser.error("--lr must be positive, warm-up and weight decay not negative, dropouts within [0, 1)")
+    if args.precision == "auto":  # decided here, so that the run's args say which it was
+        args.precision = "bf16" if device.type == "cpu" and cpu_has_native_bf16() else "fp32"
+    try:
+        label_smoothing_at(1, args.label_smoothing)
+    except ValueError:
+        parser.error(f"--label-smoothing {args.label_smoothing!r}: a number, or VALUE:EPOCHS,...,VALUE")
+    return args
+
+
+def settings(args) -> str:
+    """Every value a run uses, as its checkpoint's args hold them (None: a flag this run does not use)."""
+    return ", ".join(f"{name}={value}" for name, value in sorted(vars(args).items()) if value is not None)
+
+
+def config_from_args(args, vocab_size: int) -> TransformerConfig:
+    return TransformerConfig(vocab_size=vocab_size, d_model=args.d_model, n_heads=args.n_heads,
+                             encoder_layers=args.layers, decoder_layers=args.layers, d_ff=args.d_ff,
+                             dropout=args.dropout, attention_dropout=args.attention_dropout,
+                             activation_dropout=args.activation_dropout)
+
 
 class UsageError(Exception):
     """Bad input from the user (a missing file, a checkpoint that is not one, ...): the scripts
