@@ -103,7 +103,8 @@ def read_tokenizer_bytes(data_dir: str) -> bytes:
     with open(path, "rb") as f:
         model = f.read()
     try:
-        load_tokenizer(model)
+        if load_tokenizer(model).get_piece_size() == 0:  # an empty file parses as an empty model
+            raise RuntimeError
     except RuntimeError:  # sentencepiece's parse errors name neither the file nor a way on
         raise UsageError(f"{path} is not a sentencepiece model: make the data again with make_sanstype.py or "
                          "make_spoc.py") from None
@@ -743,9 +744,9 @@ def claim_output(args):
     os.makedirs(out_dir, exist_ok=True)
 
 
-# What a resumed run may change: how long it goes on, and where things are. Anything else would make it
-# another run than the one it continues.
-MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "data", "out", "repair_every", "repair_programs")
+# What a resumed run may change: how long it goes on, where it runs, how often it reports. Anything else (its data
+# too) would make it another run than the one it continues.
+MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
 
 
 def check_resume_settings(args, last_path: str, say_changes: bool):

@@ -23,6 +23,7 @@ import glob
 import json
 import math
 import os
+import sys
 
 from PIL import Image, ImageDraw, ImageFont
 
@@ -247,7 +248,7 @@ def print_table(args):
     for s in sorted(summaries, key=order):
         print(table_row(s, standard.get(s["split"])))
     if unevaluated:
-        print(f"not evaluated (no eval_*.json): {' '.join(unevaluated)}")
+        print(f"not evaluated (no eval_*.json): {' '.join(unevaluated)}", file=sys.stderr)
 
 
 CURVE_COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14), (140, 86, 75),

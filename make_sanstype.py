@@ -1,7 +1,7 @@
 """Generate SansType, the synthetic pseudocode-to-code dataset of the paper (Appendix C), as the authors ran it.
 
     python make_sanstype.py                     # data/sanstype: 1000 labeled, 20000 unlabeled, 500 per eval split
-    python make_sanstype.py --out /tmp/tiny --num-labeled 30 --num-unlabeled 100 --num-eval 20 --vocab-size 200
+    python make_sanstype.py --out /tmp/tiny --labeled 30 --unlabeled 100 --num-eval 20 --vocab-size 200
     python make_sanstype.py --judge-unlabeled   # also prove all 20000 unlabeled programs compile (+5 min)
     python make_sanstype.py --describe data/sanstype/train tests/fixtures/released/train   # compare statistics
 

@@ -29,7 +29,7 @@ PRESETS = {
         d_model=256, n_heads=2, layers=3, d_ff=1024, dropout=0.4, attention_dropout=0.2, activation_dropout=0.2,
         batch_size=176, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7, precision="fp32",
         epochs=50, patience=50, label_smoothing="0",
-        corruption="code", error_detector="none"),
+        corruption="code", error_detector="none", unlabeled=0),
     # Minutes on 2 cores: ~8000 updates of 32 programs (the paper: ~6000 of 176) of a model a quarter of the paper's,
     # which within this budget learns faster than the paper's; no attention or activation dropout (their random
     # masks cost a quarter of a step). EXPERIMENTS.md, "the regime on two CPU cores".
@@ -37,24 +37,24 @@ PRESETS = {
         d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
         batch_size=32, lr=1e-3, lr_schedule="constant", warmup_steps=300, warmup_start_lr=0.0, precision="fp32",
         epochs=12, patience=3, label_smoothing="0",
-        corruption="code", error_detector="none"),
+        corruption="code", error_detector="none", unlabeled=0),
     ("sanstype", "smoke"): dict(  # the tests
         d_model=32, n_heads=2, layers=1, d_ff=64, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
         batch_size=8, lr=1e-3, lr_schedule="constant", warmup_steps=5, warmup_start_lr=0.0, precision="fp32",
         epochs=2, patience=2, label_smoothing="0",
-        corruption="code", error_detector="none"),
+        corruption="code", error_detector="none", unlabeled=64),
     # Appendix E: 5+5 layers, 8 heads, FLoRes's recipe; the authors' 9 epochs hold every program 4 times (clean
     # once, one corrupted line 3 times), 36 of ours, which corrupt 3 programs in 4 afresh every epoch.
     ("spoc", "paper"): dict(
         d_model=256, n_heads=8, layers=5, d_ff=1024, dropout=0.4, attention_dropout=0.2, activation_dropout=0.2,
         batch_size=90, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7, precision="fp32",
         epochs=36, patience=36, label_smoothing="0.2:20,0.1:4,0.0",
-        corruption="line", error_detector="compile"),
+        corruption="line", error_detector="compile", unlabeled=0),
     ("spoc", "cpu"): dict(  # sized for the full release's 11355 programs on 2 cores
         d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
         batch_size=32, lr=1e-3, lr_schedule="constant", warmup_steps=300, warmup_start_lr=0.0, precision="fp32",
         epochs=4, patience=2, label_smoothing="0",
-        corruption="line", error_detector="compile"),
+        corruption="line", error_detector="compile", unlabeled=0),
 }
 PRESETS["spoc", "smoke"] = dict(PRESETS["sanstype", "smoke"], corruption="line", error_detector="compile")
 CORRUPTIONS = {
@@ -76,8 +76,8 @@ def parse_args(argv=None):
                         help="code: at most this many statements noised per program (1 to N, 90%% of programs; "
                              "default: 3)")
     parser.add_argument("--deletion-probability", type=float, help="random: of each word (default: 0.15)")
-    parser.add_argument("--unlabeled", type=int, default=0, help="use only the first N programs (the unlabeled "
-                        "code, then the labeled pairs' code; 0: all)")
+    parser.add_argument("--unlabeled", type=int, help="use only the first N programs (the unlabeled code, then the "
+                        "labeled pairs' code; 0: all)")
     parser.add_argument("--error-detector", choices=("compile", "none"),
                         help="Appendix E's g, stored with Pi: Pi leaves a program g passes as it is; compile (SPoC's "
                              "default): g passes programs that compile; none (SansType's): Pi repairs every program")

@@ -35,18 +35,20 @@ def work(tmp_path_factory):
 
 
 def make_work(w):
-    """A tiny data folder, a denoiser and a standard predictor trained on it, a junk file, a data folder with a
-    broken tokenizer, and a finished fonts checkpoint: what the faults below point at."""
+    """A tiny data folder and a copy of it, a denoiser and a standard predictor trained on it, a junk file, data
+    folders with a truncated and an empty tokenizer, and a finished fonts checkpoint: what the faults below point
+    at."""
     make_sanstype.main(["--out", str(w / "data"), "--labeled", "40", "--unlabeled", "60", "--num-eval", "8",
                         "--vocab-size", "150", "--seed", "3"])
     train_denoiser.main(["--data", str(w / "data"), *SMOKE, "--out", str(w / "pi"), "--repair-every", "0"])
     finetune.main(["--method", "standard", "--data", str(w / "data"), *SMOKE, "--denoiser", str(w / "pi/model.pt"),
                    "--out", str(w / "standard"), "--epochs", "1"])
     (w / "junk.pt").write_text("hello")
-    (w / "broken").mkdir()
-    for name in ("dataset.json", "train.src", "train.tgt", "val.src", "val.tgt", "unlabeled.tgt"):
-        (w / "broken" / name).write_bytes((w / "data" / name).read_bytes())
-    (w / "broken" / "spm.model").write_bytes((w / "data" / "spm.model").read_bytes()[:100])  # truncated
+    for folder, tokenizer in (("copy", None), ("broken", slice(0, 100)), ("empty", slice(0, 0))):
+        (w / folder).mkdir()
+        for name in ("dataset.json", "train.src", "train.tgt", "val.src", "val.tgt", "unlabeled.tgt", "spm.model"):
+            content = (w / "data" / name).read_bytes()
+            (w / folder / name).write_bytes(content[tokenizer] if name == "spm.model" and tokenizer else content)
     (w / "fonts_run.pt").write_bytes(b"a finished fonts run")
     return w
 
@@ -72,6 +74,8 @@ def fault_table(w):
         ("train_denoiser.py", [*data, *SMOKE, "--out", f"{w}/pi", "--resume", "--lr", "0.5"], "it ran with 0.001"),
         ("train_denoiser.py", [*data, *SMOKE, "--out", f"{w}/pi", "--resume", "--overwrite"], "not allowed with"),
         ("train_denoiser.py", ["--data", f"{w}/broken", *SMOKE, "--out", out], "not a sentencepiece model"),
+        ("train_denoiser.py", ["--data", f"{w}/empty", *SMOKE, "--out", out], "not a sentencepiece model"),
+        ("train_denoiser.py", ["--data", f"{w}/copy", *SMOKE, "--out", f"{w}/pi", "--resume"], "it ran with"),
         ("finetune.py", ["--method", "baseline", *data, "--init", f, "--out", out], "does not apply"),
         ("finetune.py", ["--method", "baseline", *data, "--samples", "2", "--out", out], "does not apply"),
         ("finetune.py", ["--method", "standard", *data, "--frozen-epochs", "2", "--out", out], "does not apply"),
@@ -102,6 +106,7 @@ def fault_table(w):
         ("evaluate.py", [f, *data, "--json", f"{w}/x.json"], "does not apply to a model"),
         ("evaluate.py", ["--predictions", f"{w}/nowhere.txt", *data], "missing predictions file"),
         ("evaluate.py", [f, "--data", f"{w}/broken"], "not a sentencepiece model"),
+        ("evaluate.py", [f, "--data", f"{w}/empty"], "not a sentencepiece model"),
         ("evaluate.py", [f, *data, "--device", "tpu"], "this machine has cpu"),
         ("evaluate.py", [], "give one of"),
         ("fonts.py", ["train", "--method", "direct", "--epochs", "0"], "--epochs 0"),

@@ -52,6 +52,7 @@ def test_denoiser_learns_and_its_checkpoint_stands_alone(denoiser):
     losses = epoch_losses(log)
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert "% compile" in log and "ETA" in log
+    assert "denoiser: " in log and " 64 programs" in log  # the smoke preset's first 64 of the 100
     checkpoint = common.load_checkpoint(str(path))
     assert checkpoint["role"] == "denoiser" and checkpoint["best_val_loss"] > 0
     model = common.model_from_checkpoint(checkpoint)  # needs nothing but the file
@@ -201,8 +202,8 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
     colors = {color for _, color in Image.open(tmp_path / "curves.png").getcolors(10 ** 6)}
     assert set(evaluate.CURVE_COLORS[:2]) <= colors  # a line per run
     table = script("evaluate.py", "--table", tmp_path, unevaluated, denoiser[0].parent)  # (a denoiser needs none)
-    assert table.returncode == 0 and len(table.stdout.strip().splitlines()) == 5
-    assert table.stdout.strip().endswith(f"not evaluated (no eval_*.json): {unevaluated}")
+    assert table.returncode == 0 and len(table.stdout.strip().splitlines()) == 4  # only the table: `> table.txt`
+    assert table.stderr.strip().endswith(f"not evaluated (no eval_*.json): {unevaluated}")
 
 
 def test_the_table_measures_relative_accuracy_against_the_first_standard_run(tmp_path, capsys):
