@@ -56,7 +56,8 @@ PRESETS = {
         epochs=4, patience=2, label_smoothing="0",
         corruption="line", error_detector="compile", unlabeled=0),
 }
-PRESETS["spoc", "smoke"] = dict(PRESETS["sanstype", "smoke"], corruption="line", error_detector="compile")
+PRESETS["spoc", "smoke"] = dict(PRESETS["sanstype", "smoke"], corruption="line", error_detector="compile",
+                                unlabeled=0)  # the SPoC test files hold a dozen programs
 CORRUPTIONS = {
     "code": lambda code, rng, args: common.corrupt_code(code, rng, args.num_corruptions),
     "random": lambda code, rng, args: common.delete_random_words(code, rng, args.deletion_probability),
