@@ -38,9 +38,9 @@ SANSTYPE_PAPER = dict(
     d_model=256, n_heads=2, layers=3, d_ff=1024, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
     batch_size=176, lr=2e-3, lr_schedule="inverse-sqrt", warmup_steps=150, warmup_start_lr=1e-4,
     epochs=300, patience=500, label_smoothing="0", precision="fp32")
-# Minutes on 2 cores: a model a quarter of the paper's (within the CPU's budget it beats the paper's size: EXPERIMENTS.md,
-# "the regime on two CPU cores"), no attention or activation dropout (their random masks cost a quarter of a step),
-# and a linear decay over more epochs than a run needs, so that each stops at its best epoch (patience).
+# Minutes on 2 cores: Pi's model, a quarter of the paper's; no attention or activation dropout (their random masks
+# cost a quarter of a step; more dropout underfits at this size); a linear decay over more epochs than a run needs,
+# so that each stops at its best epoch (patience). EXPERIMENTS.md, "the regime on two CPU cores".
 SANSTYPE_CPU = dict(
     d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
     batch_size=32, lr=1e-3, lr_schedule="linear", warmup_steps=300, warmup_start_lr=0.0,

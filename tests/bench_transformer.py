@@ -3,13 +3,16 @@
      configuration (pre-norm), embeddings and output projection, in fp32 and under bf16 autocast
      (--precision bf16), at the paper's SansType size (3+3 layers, 2 heads, d=256, ffn 1024) and
      at the cpu preset's (2+2 layers, 4 heads, d=128, ffn 512, no attention/activation dropout);
+     and ours under torch.compile(dynamic=True) at the paper's size (lengths vary from batch to batch in
+     training, so a static graph would recompile; the two warm-up steps hold the compilation);
   2. greedy decoding of 100 tokens at the paper's size with the key/value cache against re-running
      the decoder over the whole prefix at every step (the outputs must be identical).
 
     python tests/bench_transformer.py [--steps 10] [--threads 2]
 
-Last line: train_step_vs_torch=X.XX decode_cache_speedup=Y.Y bf16_speedup=Z.Z bf16_speedup_cpu=W.W
-(above 1: ours is faster, the cache is faster, bf16 is faster; the first and third at the paper's size).
+Last line: train_step_vs_torch=X.XX decode_cache_speedup=Y.Y bf16_speedup=Z.Z bf16_speedup_cpu=W.W compile_speedup=V.V
+(above 1: ours is faster, the cache is faster, bf16 is faster, compiling is faster; all but the second and fourth at
+the paper's size).
 """
 import argparse
 import os
@@ -84,6 +87,8 @@ def main():
                   f"nn.Transformer {1000 * reference:.0f} ms ({reference / ours:.2f})", flush=True)
             if (size, precision) == ("paper", "fp32"):
                 ours_vs_torch = reference / ours
+                compiled = seconds_per_step(torch.compile(common.Transformer(config), dynamic=True), args.steps)
+                print(f"training step, paper size, fp32, torch.compile: {1000 * compiled:.0f} ms", flush=True)
 
     config = common.TransformerConfig(vocab_size=VOCAB)
 
@@ -101,7 +106,8 @@ def main():
           f"cache {cached_seconds:.2f} s, no cache {uncached_seconds:.2f} s, identical outputs: {cached == uncached}")
     print(f"train_step_vs_torch={ours_vs_torch:.2f} decode_cache_speedup={uncached_seconds / cached_seconds:.1f} "
           f"bf16_speedup={step['paper', 'fp32'] / step['paper', 'bf16']:.1f} "
-          f"bf16_speedup_cpu={step['cpu', 'fp32'] / step['cpu', 'bf16']:.1f}")
+          f"bf16_speedup_cpu={step['cpu', 'fp32'] / step['cpu', 'bf16']:.1f} "
+          f"compile_speedup={step['paper', 'fp32'] / compiled:.2f}")
     sys.exit(0 if cached == uncached else 1)
 
 
