@@ -31,9 +31,9 @@ PRESETS = {
         epochs=50, patience=50, label_smoothing="0",
         corruption="code", error_detector="none", unlabeled=0),
     # An hour on 2 cores: ~16000 updates of 32 programs (the paper: ~6000 of 176) of a model a quarter of the
-    # paper's, no attention or activation dropout (their random masks cost a quarter of a step). The paper's
-    # dropout 0.4 and twice the epochs of dropout 0.1 give a Pi that standard fine-tuning learns more from; its
-    # validation loss jumps between epochs, so it trains them all and keeps the best. EXPERIMENTS.md, "the regime".
+    # paper's, no attention or activation dropout (their random masks cost a quarter of a step). With the paper's
+    # dropout 0.4, standard fine-tuning learns more from Pi than with 0.1; Pi's validation loss then jumps between
+    # epochs, so it trains all of them and keeps the best. EXPERIMENTS.md, "the regime on two CPU cores".
     ("sanstype", "cpu"): dict(
         d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.4, attention_dropout=0.0, activation_dropout=0.0,
         batch_size=32, lr=1e-3, lr_schedule="constant", warmup_steps=300, warmup_start_lr=0.0, precision="fp32",
