@@ -5,7 +5,7 @@ Table of contents
   2. Transformer                the encoder-decoder of the SansType experiments, with cached decoding
   3. U-Net                      the image denoiser of the font experiment (fonts.py)
   4. Corruptions                code-based and random-deletion noise for denoiser pre-training
-  5. Losses                     sequence cross entropy; composed fine-tuning's REINFORCE loss (Eq. 1)
+  5. Losses                     sequence cross entropy; composed fine-tuning's loss (Eq. 1) and its estimators
   6. Checkpoints and run folders  self-contained model files; a finished run is never replaced unasked
   7. Training loop              batches, early stopping, resume, learning-rate schedules, bf16
   8. Command line               flags and presets, one-line errors, progress lines with an ETA
@@ -289,14 +289,18 @@ class Transformer(nn.Module):
         # Pre-norm layers add to an un-normalised residual stream: each stack ends with one LayerNorm.
         self.encoder_norm, self.decoder_norm = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
 
-    def embed_tokens(self, tokens, start: int = 0):
-        x = self.embed(tokens) * math.sqrt(self.config.d_model) + self.positions[start:start + tokens.shape[1]]
+    def embed_tokens(self, tokens, start: int = 0, one_hot=None):
+        """one_hot: the same tokens as rows (B, T, V) that may carry a gradient (the straight-through estimators'
+        input to the denoiser); their product with the embedding matrix is the lookup when they are one-hot."""
+        vectors = self.embed(tokens) if one_hot is None else one_hot @ self.embed.weight
+        x = vectors * math.sqrt(self.config.d_model) + self.positions[start:start + tokens.shape[1]]
         return F.dropout(x, self.config.dropout, self.training)
 
-    def encode(self, src):
-        """src (B, S) token ids, PAD-padded -> (memory (B, S, D), its mask (B, 1, 1, S))."""
+    def encode(self, src, one_hot=None):
+        """src (B, S) token ids, PAD-padded (and optionally as one-hot rows, embed_tokens) -> (memory (B, S, D),
+        its mask (B, 1, 1, S))."""
         mask = (src != PAD_ID)[:, None, None, :]  # True where a key may be attended to
-        x = self.embed_tokens(src)
+        x = self.embed_tokens(src, one_hot=one_hot)
         for layer in self.encoder:
             x = layer(x, mask)
         return self.encoder_norm(x), mask
@@ -562,10 +566,11 @@ def output_log_probs(model, memory, memory_mask, outputs: list[list[int]], finis
 
 def denoiser_reward(denoiser, gamma: float | None = -50.0):
     """reward(y', y) = max(log p_beta(y | y'), gamma) for lists of sampled and gold token ids: the frozen
-    denoiser teacher-forced on the gold program given the sample. The paper's text clamps at gamma = -50."""
-    def reward(sampled, gold):
+    denoiser teacher-forced on the gold program given the sample. The paper's text clamps at gamma = -50.
+    relaxed: y' + EOS as one-hot rows with a gradient (relaxed_outputs), read by the denoiser in place of the ids."""
+    def reward(sampled, gold, relaxed=None):
         noisy = pad([ids + [EOS_ID] for ids in sampled]).to(next(denoiser.parameters()).device)
-        log_p = output_log_probs(denoiser, *denoiser.encode(noisy), gold, [True] * len(sampled))
+        log_p = output_log_probs(denoiser, *denoiser.encode(noisy, relaxed), gold, [True] * len(sampled))
         return log_p if gamma is None else log_p.clamp(min=gamma)
     return reward
 
@@ -583,18 +588,23 @@ def sample_outputs(model, src, samples: int, max_len: int):
 
 def composed_loss(model, reward, src, tgt_in, tgt_out, *, samples: int, baseline: str, composed_weight: float = 0.1,
                   lam: float = 1.0, label_smoothing: float = 0.0, max_len: int | None = None,
-                  sample_log_prob=output_log_probs):
+                  sample_log_prob=output_log_probs, estimator: str = "reinforce", tau: float = 1.0):
     """Composed fine-tuning's loss for one batch: minus Eq. 1,
 
         max_theta  E_{y' ~ p_theta(.|x)}[ log p_beta(y | y') ]  +  lambda * E[ log p_theta(y | x) ]
 
-    with the frozen denoiser inside reward(y', y) = log p_beta(y | y') (denoiser_reward). The first term's
-    gradient is REINFORCE's (Appendix D),  E_{y'}[ (log p_beta(y | y') - b) * grad log p_theta(y' | x) ],
-    from `samples` outputs per input and a baseline b (reinforce_baseline; b = 0 is the paper's); the released
-    code's variants of log p_theta(y'|x) are finetune.py's --clamp (sample_log_prob). Both terms
-    are sums over a sequence's tokens divided by the batch's gold tokens, so lambda weighs them as Eq. 1 does;
-    the composed term is then scaled by 0.1 (Appendix D: "roughly an order of magnitude larger"). max_len, the
-    samples' length limit, is for the tests only (by default: 16 tokens past the batch's longest gold program)."""
+    with the frozen denoiser inside reward(y', y) = log p_beta(y | y') (denoiser_reward). The samples y' are
+    discrete, so the first term's gradient needs an estimator (Section 3: "REINFORCE, straight-through
+    estimation, or a Gumbel-softmax reparameterization"):
+      reinforce         E_{y'}[ (log p_beta(y | y') - b) * grad log p_theta(y' | x) ] (Appendix D), from `samples`
+                        outputs per input and a baseline b (reinforce_baseline; b = 0 is the paper's); unbiased;
+                        the released code's variants of log p_theta(y'|x) are finetune.py's --clamp (sample_log_prob);
+      straight-through  grad log p_beta(y | y'), the denoiser reading y' as one-hot rows whose gradient passes to
+      gumbel            f's softmax, or to a Gumbel-softmax sample at temperature tau (relaxed_outputs); biased.
+    Both terms are sums over a sequence's tokens divided by the batch's gold tokens, so lambda weighs them as
+    Eq. 1 does; the composed term is then scaled by composed_weight (REINFORCE's: 0.1, Appendix D: "roughly an
+    order of magnitude larger"). max_len, the samples' length limit, is for the tests only (by default: 16
+    tokens past the batch's longest gold program)."""
     gold = [strip_special(row) for row in tgt_out.tolist()]
     n_tokens = int((tgt_out != PAD_ID).sum())
     # A sample much longer than the longest gold program is wrong anyway: cutting it is part of the sampling
@@ -602,14 +612,47 @@ def composed_loss(model, reward, src, tgt_in, tgt_out, *, samples: int, baseline
     max_len = max_len or min(max_output_length(model, src), tgt_out.shape[1] + 16)
     sampled, finished = sample_outputs(model, src, samples, max_len)                      # y' ~ p_theta(.|x)
     memory, memory_mask = model.encode(src)  # one encoder pass (with gradient) for both terms
-    log_p_sample = sample_log_prob(model, memory.repeat_interleave(samples, 0),           # log p_theta(y'|x)
-                                   memory_mask.repeat_interleave(samples, 0), sampled, finished)
-    with torch.no_grad():
-        rewards = reward(sampled, [y for y in gold for _ in range(samples)]).view(-1, samples)  # log p_beta(y|y')
-    advantage = (rewards - reinforce_baseline(rewards, baseline)).view(-1)
-    composed = -(advantage * log_p_sample).sum() / samples / n_tokens
+    per_sample = memory.repeat_interleave(samples, 0), memory_mask.repeat_interleave(samples, 0)
+    gold_per_sample = [y for y in gold for _ in range(samples)]
+    if estimator == "reinforce":
+        log_p_sample = sample_log_prob(model, *per_sample, sampled, finished)                 # log p_theta(y'|x)
+        with torch.no_grad():
+            rewards = reward(sampled, gold_per_sample).view(-1, samples)                      # log p_beta(y|y')
+        advantage = (rewards - reinforce_baseline(rewards, baseline)).view(-1)
+        composed = -(advantage * log_p_sample).sum()
+    else:
+        relaxed = relaxed_outputs(model, *per_sample, sampled, estimator, tau)                # y', with a gradient
+        composed = -reward(sampled, gold_per_sample, relaxed).sum()                           # log p_beta(y|y')
     direct = sequence_loss(model.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)  # -log p_theta(y|x)
-    return composed_weight * composed + lam * direct
+    return composed_weight * (composed / samples / n_tokens) + lam * direct
+
+
+def relaxed_outputs(model, memory, memory_mask, outputs: list[list[int]], estimator: str, tau: float = 1.0):
+    """The outputs y' + EOS (as the denoiser reads them) as one-hot rows (B, T, V) whose gradient reaches f, for
+    the straight-through estimators. One teacher-forced pass of f's decoder over y' gives f's distribution p at
+    every position; the rows are  one_hot(y') - s.detach() + s:  exactly y' going forward, s's gradient going
+    back, with
+      straight-through  s = p                         (Bengio et al., 2013);
+      gumbel            s = softmax((log p + g) / tau), g Gumbel noise drawn given that log p + g has its
+                        maximum at y' (Tucker et al., 2017), so the relaxed sample is a relaxation of y' itself.
+    p keeps every token (PAD and BOS, which the sampler never draws, have a negligible share)."""
+    tgt = pad([[BOS_ID] + ids + [EOS_ID] for ids in outputs]).to(memory.device)
+    tokens = tgt[:, 1:]
+    log_p = F.log_softmax(model.decode(tgt[:, :-1], memory, memory_mask).float(), dim=-1)
+    if estimator == "straight-through":
+        soft = log_p.exp()
+    else:
+        soft = F.softmax(gumbel_given_argmax(log_p, tokens) / tau, dim=-1)
+    hard = F.one_hot(tokens, log_p.shape[-1]).float()
+    return (hard - soft.detach() + soft) * (tokens != PAD_ID)[..., None]  # padding: a zero row, as its embedding
+
+
+def gumbel_given_argmax(log_p, tokens):
+    """log p + g with g ~ Gumbel(0, 1) each, drawn given that the maximum is at `tokens`: the maximum is a
+    Gumbel(logsumexp log p) = Gumbel(0), every other entry a Gumbel(log p_i) truncated below it."""
+    top = -torch.empty_like(log_p[..., :1]).exponential_().log()                # the maximum's value
+    others = log_p - torch.empty_like(log_p).exponential_().log()               # Gumbel(log p_i)
+    return (-torch.logaddexp(-top, -others)).scatter(-1, tokens[..., None], top)  # truncated: -log(e^-top + e^-g)
 
 
 def reinforce_baseline(rewards, kind: str):

@@ -4,6 +4,7 @@
     python finetune.py --method standard         # init from the denoiser, train all     -> runs/standard/model.pt
     python finetune.py --method bart             # encoder alone (bart/frozen/), then all -> runs/bart/model.pt
     python finetune.py --method composed         # Pi(f(x)): f from runs/standard, Pi frozen -> runs/composed/model.pt
+    python finetune.py --method composed --estimator straight-through --out runs/composed_st
     python finetune.py --method backtranslation  # + synthetic pseudocode for unlabeled code -> runs/backtranslation/
     python finetune.py --method composed --init runs/bart/model.pt --out runs/composed_bart
     python finetune.py --method standard --layers 4 --denoiser runs/denoiser_deep/model.pt --out runs/standard_deep
@@ -49,9 +50,11 @@ SMOKE = dict(  # the tests
     d_model=32, n_heads=2, layers=1, d_ff=64, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
     batch_size=8, lr=1e-3, lr_schedule="linear", warmup_steps=5, warmup_start_lr=0.0,
     epochs=2, patience=2, label_smoothing="0", precision="fp32")
-# Composed's REINFORCE estimator: one sample with the batch baseline, as good on validation as two samples at the
-# same compute, at 3x a standard step's cost instead of 5x (EXPERIMENTS.md, "the REINFORCE estimator").
-ESTIMATOR = dict(samples=1, reinforce_baseline="batch", clamp="reward", gamma=-50.0, composed_weight=0.1, lam=1.0)
+# Composed's estimator of Eq. 1's first term: REINFORCE with one sample and the batch baseline, as good on validation
+# as two samples at the same compute, at 3x a standard step's cost instead of 5x (EXPERIMENTS.md, "the REINFORCE
+# estimator"). tau is the gumbel estimator's temperature.
+ESTIMATOR = dict(estimator="reinforce", samples=1, reinforce_baseline="batch", clamp="reward", gamma=-50.0,
+                 composed_weight=0.1, lam=1.0, tau=1.0)
 # Appendix E: 5+5 layers, 8 heads, dropout 0.4, FLoRes's recipe (1e-3 after 4000 updates from 1e-7, ~16000
 # tokens, about 90 programs, an update), label smoothing 0.2 -> 0.1 -> 0.05 (lowering it near the end helped).
 SPOC_PAPER = dict(
@@ -105,8 +108,8 @@ PRESETS = {
 PRESETS["spoc", "smoke"] = PRESETS["sanstype", "smoke"]
 # The flags only some methods use: given to another method, they are refused.
 METHOD_FLAGS = {"baseline": (), "standard": ("denoiser",), "bart": ("denoiser", "frozen_epochs"),
-                "composed": ("denoiser", "init", "samples", "reinforce_baseline", "clamp", "gamma", "composed_weight",
-                             "lam"),
+                "composed": ("denoiser", "init", "estimator", "samples", "reinforce_baseline", "clamp", "gamma",
+                             "composed_weight", "lam", "tau"),
                 "backtranslation": ("reverse_epochs", "labeled_epochs", "synthetic_programs")}
 
 
@@ -122,7 +125,11 @@ def parse_args(argv=None):
     parser.add_argument("--labeled-epochs", type=int, help="backtranslation: epochs on the labeled pairs at the end")
     composed = parser.add_argument_group("composed fine-tuning (Eq. 1, Appendix D)")
     composed.add_argument("--init", help="the base predictor's initialisation (default: runs/standard/model.pt)")
-    composed.add_argument("--samples", type=int, help="outputs sampled per input for REINFORCE")
+    composed.add_argument("--estimator", choices=("reinforce", "straight-through", "gumbel"),
+                          help="the gradient of the first term through f's discrete outputs: REINFORCE (the paper's), "
+                               "or the denoiser reading them as one-hot rows with the gradient of f's softmax "
+                               "(straight-through) or of a Gumbel-softmax sample at temperature --tau (gumbel)")
+    composed.add_argument("--samples", type=int, help="outputs sampled per input")
     composed.add_argument("--reinforce-baseline", choices=("batch", "leave-one-out", "none"),
                           help="subtract the mean reward of the batch's other inputs (batch) or of the input's other "
                                "samples (leave-one-out, needs --samples 2 or more); none: the paper's estimator")
@@ -132,6 +139,7 @@ def parse_args(argv=None):
     composed.add_argument("--gamma", type=float, help="the clamp's floor")
     composed.add_argument("--composed-weight", type=float, help="scale of the composed term")
     composed.add_argument("--lam", type=float, help="lambda, the weight of the direct term")
+    composed.add_argument("--tau", type=float, help="gumbel: the Gumbel-softmax's temperature")
     parser.add_argument("--labeled", type=int, help="train on the first N labeled pairs only (Figure 4's sweep)")
     parser.add_argument("--synthetic-programs", type=int,
                         help="backtranslation: unlabeled programs to write pseudocode for (0: all)")
@@ -141,7 +149,15 @@ def parse_args(argv=None):
     for name in sorted(set(sum(METHOD_FLAGS.values(), ())) - set(METHOD_FLAGS[args.method])):
         if getattr(args, name) is not None:
             parser.error(f"--{name.replace('_', '-')} does not apply to --method {args.method}")
+    # Flags of one estimator only, given on the command line (the preset sets them all).
+    estimator_flags = {"reinforce_baseline": "reinforce", "clamp": "reinforce", "gamma": "reinforce", "tau": "gumbel"}
+    given = [name for name in estimator_flags if getattr(args, name) is not None]
     common.apply_preset(parser, args, lambda dataset: PRESETS[dataset, args.preset][args.method])
+    for name in given:
+        if args.method == "composed" and estimator_flags[name] != args.estimator:
+            parser.error(f"--{name.replace('_', '-')} applies to --estimator {estimator_flags[name]} only")
+    if args.method == "composed" and args.tau <= 0:
+        parser.error("--tau must be positive")
     args.out = args.out or os.path.join("runs", args.method)
     if args.method in ("standard", "bart", "composed"):
         args.denoiser = args.denoiser or "runs/denoiser/model.pt"
@@ -238,11 +254,15 @@ def freeze_and_compose(denoiser, denoiser_checkpoint, tokenizer, val_pairs, args
     device = common.pick_device(args.device)
     denoiser.to(device).eval()  # eval: no dropout; Pi is a fixed function of its input
     denoiser.requires_grad_(False)
-    reward = common.denoiser_reward(denoiser, args.gamma if args.clamp == "reward" else None)
+    reinforce = args.estimator == "reinforce"  # the clamp is REINFORCE's: a straight-through gradient needs none
+    reward = common.denoiser_reward(denoiser, args.gamma if reinforce and args.clamp == "reward" else None)
     sample_log_prob = {"reward": common.output_log_probs, "sample": clamped_sample_log_probs(args.gamma),
                        "padded-sample": padded_sample_log_probs(args.gamma)}[args.clamp]
     pi_loss = common.denoiser_loss(denoiser, args.batch_size, device)
     g = spoc.error_detector(denoiser_checkpoint)
+    if g and not reinforce:
+        raise common.UsageError(f"--estimator {args.estimator}: SPoC's Pi passes what its error detector g accepts "
+                                "unchanged, which no gradient goes through; use --estimator reinforce")
     if g:  # SPoC's Pi leaves what compiles as it is (Appendix E)
         error_free = lambda outputs: g(tokenizer.decode(outputs))  # noqa: E731 (on token ids)
         reward = spoc.reward_with_error_detector(reward, error_free, args.gamma)
@@ -251,7 +271,8 @@ def freeze_and_compose(denoiser, denoiser_checkpoint, tokenizer, val_pairs, args
     def loss_fn(f, src, tgt_in, tgt_out, label_smoothing):
         return common.composed_loss(f, reward, src, tgt_in, tgt_out, samples=args.samples,
                                     baseline=args.reinforce_baseline, composed_weight=args.composed_weight,
-                                    lam=args.lam, label_smoothing=label_smoothing, sample_log_prob=sample_log_prob)
+                                    lam=args.lam, label_smoothing=label_smoothing, sample_log_prob=sample_log_prob,
+                                    estimator=args.estimator, tau=args.tau)
 
     return dict(loss_fn=loss_fn, validate=lambda f: common.composed_validation_loss(
         f, pi_loss, val_pairs, args.batch_size, device))

@@ -133,3 +133,98 @@ def test_the_released_estimator_scores_padding_and_clamps_the_shorter_samples():
     clamped = finetune.padded_sample_log_probs(gamma)(model, memory, mask, outputs, finished)
     rows = [torch.autograd.grad(clamped[i], model.embed.weight, retain_graph=True)[0].abs().sum() for i in range(3)]
     assert clamped[1] == gamma and rows[1] == 0 and rows[0] > 0
+
+
+# The straight-through estimators (common.relaxed_outputs): the denoiser reads f's outputs as one-hot rows.
+
+def test_the_denoiser_reads_one_hot_rows_as_it_reads_the_token_ids():
+    denoiser = tiny_model(9).eval()
+    noisy = torch.tensor([[4, 5, 4, common.EOS_ID], [5, common.EOS_ID, common.PAD_ID, common.PAD_ID]])
+    one_hot = torch.nn.functional.one_hot(noisy, VOCAB).float() * (noisy != common.PAD_ID)[..., None]
+    tgt_in = torch.tensor([[common.BOS_ID, 5, 4]] * 2)
+    assert torch.equal(denoiser.decode(tgt_in, *denoiser.encode(noisy)),
+                       denoiser.decode(tgt_in, *denoiser.encode(noisy, one_hot)))
+
+
+def composed_batch(batch=16):
+    src = torch.tensor([[4, 5, common.EOS_ID]] * batch)
+    tgt = common.pad([[common.BOS_ID, 5, 4, common.EOS_ID]] * batch)
+    return src, tgt[:, :-1], tgt[:, 1:]
+
+
+@pytest.mark.parametrize("estimator", ["straight-through", "gumbel"])
+def test_straight_through_forward_value_is_the_denoisers_loss_on_the_samples(estimator):
+    """Forward, the rows are exactly the sampled outputs: the composed term is -log p_beta(y | y')."""
+    model, denoiser = tiny_model(0), tiny_model(9).eval()
+    src, tgt_in, tgt_out = composed_batch()
+    reward = common.denoiser_reward(denoiser, gamma=None)
+    torch.manual_seed(5)
+    loss = common.composed_loss(model, reward, src, tgt_in, tgt_out, samples=2, baseline="none", composed_weight=1.0,
+                                lam=0.0, max_len=MAX_LEN, estimator=estimator, tau=0.5)
+    torch.manual_seed(5)
+    sampled, _ = common.sample_outputs(model, src, 2, MAX_LEN)
+    expected = -reward(sampled, [[5, 4]] * 32).sum() / 2 / int((tgt_out != common.PAD_ID).sum())
+    assert len({tuple(ids) for ids in sampled}) > 1  # several outputs
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("estimator", ["straight-through", "gumbel"])
+def test_straight_through_gradient_reaches_f_only_through_the_denoisers_input(estimator, monkeypatch):
+    """With lambda = 0, f's gradient is exactly the denoiser input's gradient carried back through the rows, and
+    the frozen denoiser gets none."""
+    model, denoiser = tiny_model(0), tiny_model(9).eval().requires_grad_(False)
+    src, tgt_in, tgt_out = composed_batch()
+    rows = []
+    relaxed_outputs = common.relaxed_outputs
+    monkeypatch.setattr(common, "relaxed_outputs", lambda *args: rows.append(relaxed_outputs(*args)) or rows[-1])
+    torch.manual_seed(5)
+    loss = common.composed_loss(model, common.denoiser_reward(denoiser, gamma=None), src, tgt_in, tgt_out, samples=1,
+                                baseline="none", composed_weight=1.0, lam=0.0, max_len=MAX_LEN, estimator=estimator)
+    weights = list(model.parameters())
+    through_input = torch.autograd.grad(loss, rows[0], retain_graph=True)[0]
+    direct = torch.autograd.grad(loss, weights, retain_graph=True, allow_unused=True)
+    chained = torch.autograd.grad(rows[0], weights, grad_outputs=through_input, allow_unused=True)
+    direct, chained = (torch.cat([g.flatten() for g in grads if g is not None]) for grads in (direct, chained))
+    assert direct.norm() > 0 and torch.allclose(direct, chained, atol=1e-7)
+    assert all(p.grad is None for p in denoiser.parameters())
+
+
+def expected_denoiser_loss(model, denoiser, src, gold):
+    """-sum over y' of p_theta(y'|x) log p_beta(y|y'), by enumeration: the composed term's exact value."""
+    outputs, finished = zip(*every_output())
+    with torch.no_grad():
+        log_p = common.output_log_probs(model, *model.encode(src.expand(len(outputs), -1)), outputs, finished)
+        reward = common.denoiser_reward(denoiser, gamma=None)(list(outputs), [gold] * len(outputs))
+    return -(log_p.exp() * reward).sum().item()
+
+
+@pytest.mark.parametrize("estimator", ["straight-through", "gumbel"])
+def test_straight_through_training_lowers_the_composed_loss_on_a_toy_problem(estimator):
+    model, denoiser = tiny_model(0).eval(), tiny_model(9).eval().requires_grad_(False)
+    with torch.no_grad():
+        denoiser.embed.weight *= 2  # a confident denoiser, whose input matters
+    src, tgt_in, tgt_out = composed_batch(64)
+    reward = common.denoiser_reward(denoiser, gamma=None)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    before = expected_denoiser_loss(model, denoiser, src[:1], [5, 4])
+    torch.manual_seed(0)
+    for _ in range(40):
+        loss = common.composed_loss(model, reward, src, tgt_in, tgt_out, samples=1, baseline="none",
+                                    composed_weight=1.0, lam=0.0, max_len=MAX_LEN, estimator=estimator)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    after = expected_denoiser_loss(model, denoiser, src[:1], [5, 4])
+    assert after < before - 1.0, (before, after)
+
+
+def test_gumbel_noise_drawn_given_its_argmax_is_plain_gumbel_noise_over_the_samples():
+    """y' ~ p, then log p + g drawn given that its maximum is at y': together, log p + Gumbel noise (mean
+    log p_i + Euler's gamma, variance pi^2 / 6 per entry), with the maximum always at y'."""
+    torch.manual_seed(0)
+    log_p = torch.log_softmax(torch.tensor([2.0, 0.5, -1.0, 0.0]), dim=0).expand(200000, 4)
+    tokens = torch.multinomial(log_p[0].exp(), 200000, replacement=True)
+    z = common.gumbel_given_argmax(log_p, tokens)
+    assert torch.equal(z.argmax(dim=-1), tokens)
+    assert torch.allclose(z.mean(dim=0), log_p[0] + 0.5772, atol=0.01)
+    assert torch.allclose(z.var(dim=0), torch.full((4,), torch.pi ** 2 / 6), atol=0.03)

@@ -278,6 +278,11 @@ def test_the_denoiser_trains_on_spoc_code_and_repairs_a_file_of_programs(tmp_pat
                             "--denoiser", str(pi / "model.pt"), "--out", str(tmp_path / method), *more)
         assert result.returncode == 0, result.stderr
     assert torch.load(tmp_path / "composed" / "model.pt", weights_only=False)["denoiser"]["error_detector"] == "compile"
+    result = run_script("finetune.py", "--method", "composed", "--estimator", "straight-through", "--preset", "smoke",
+                        "--data", str(data), "--denoiser", str(pi / "model.pt"), "--out", str(tmp_path / "composed_st"),
+                        "--init", str(tmp_path / "standard" / "model.pt"))
+    assert result.returncode == 2 and "use --estimator reinforce" in result.stderr  # g's Pi passes no gradient
+    assert not (tmp_path / "composed_st").exists()
     result = run_script("finetune.py", "--method", "backtranslation", "--preset", "smoke", "--data", str(data),
                         "--out", str(tmp_path / "backtranslation"))
     assert result.returncode == 0, result.stderr
