@@ -223,10 +223,12 @@ def test_the_table_measures_relative_accuracy_against_the_first_standard_run(tmp
     assert rows["composed"][10] == "50.0" and rows["standard"][10] == "0.0" and rows["standard_small"][10] == "-50.0"
 
 
-def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path):
-    """Eq. 1 trains f only: after composed epochs Pi is bit-identical, in eval mode, without grads."""
+@pytest.mark.parametrize("estimator", ["reinforce", "straight-through", "gumbel"])
+def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path, estimator):
+    """Eq. 1 trains f only: after composed epochs Pi is bit-identical, in eval mode, without grads, whichever
+    estimator carries the gradient (straight-through's goes through Pi to its input)."""
     args = finetune.parse_args(["--method", "composed", "--preset", "smoke", "--data", str(data), "--epochs", "2",
-                                "--out", str(tmp_path)])
+                                "--out", str(tmp_path), "--estimator", estimator])
     tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
     pairs = finetune.load_pairs(str(data), "train", tokenizer)
     checkpoint = common.load_checkpoint(str(denoiser[0]))
