@@ -4,7 +4,7 @@
     python finetune.py --method standard         # init from the denoiser, train all     -> runs/standard/model.pt
     python finetune.py --method bart             # encoder alone (bart/frozen/), then all -> runs/bart/model.pt
     python finetune.py --method composed         # Pi(f(x)): f from runs/standard, Pi frozen -> runs/composed/model.pt
-    python finetune.py --method composed --estimator straight-through --out runs/composed_st
+    python finetune.py --method composed --estimator straight-through --composed-weight 1 --out runs/composed_st
     python finetune.py --method backtranslation  # + synthetic pseudocode for unlabeled code -> runs/backtranslation/
     python finetune.py --method composed --init runs/bart/model.pt --out runs/composed_bart
     python finetune.py --method standard --layers 4 --denoiser runs/denoiser_deep/model.pt --out runs/standard_deep
@@ -52,7 +52,8 @@ SMOKE = dict(  # the tests
     epochs=2, patience=2, label_smoothing="0", precision="fp32")
 # Composed's estimator of Eq. 1's first term: REINFORCE with one sample and the batch baseline, as good on validation
 # as two samples at the same compute, at 3x a standard step's cost instead of 5x (EXPERIMENTS.md, "the REINFORCE
-# estimator"). tau is the gumbel estimator's temperature.
+# estimator"). composed_weight 0.1 is REINFORCE's; the straight-through estimators want 1 (--composed-weight 1: at 0.1
+# they are level with no term at all), tau is gumbel's temperature (EXPERIMENTS.md, "straight-through and Gumbel").
 ESTIMATOR = dict(estimator="reinforce", samples=1, reinforce_baseline="batch", clamp="reward", gamma=-50.0,
                  composed_weight=0.1, lam=1.0, tau=1.0)
 # Appendix E: 5+5 layers, 8 heads, dropout 0.4, FLoRes's recipe (1e-3 after 4000 updates from 1e-7, ~16000
