@@ -15,6 +15,7 @@ SPoC needs (its noise, test cases and error detector g) is in spoc.py.
 """
 
 import argparse
+import concurrent.futures
 import glob
 import io
 import json
@@ -28,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import sentencepiece
 import torch
@@ -121,19 +123,26 @@ def write_manifest(data_dir: str, dataset: str, **facts):
         json.dump({"dataset": dataset, **facts}, f, indent=1)
 
 
-def read_dataset(data_dir: str) -> str:
-    """The dataset a data folder holds: "sanstype" or "spoc"."""
+def read_manifest(data_dir: str) -> dict:
+    """A data folder's dataset.json: the dataset it holds ("sanstype" or "spoc") and what made it (for SansType,
+    authors_splits: the splits taken from the authors' release)."""
     path = os.path.join(data_dir, "dataset.json")
     if not os.path.isfile(path):
         raise UsageError(f"missing {path}: make the data with make_sanstype.py or make_spoc.py")
     try:
         with open(path, encoding="utf-8") as f:
-            dataset = json.load(f)["dataset"]
+            manifest = json.load(f)
+        dataset = manifest["dataset"]
     except (ValueError, KeyError, TypeError):
         raise UsageError(f"{path} is not a manifest written by make_sanstype.py or make_spoc.py") from None
     if dataset not in DATASETS:
         raise UsageError(f"{path} names an unknown dataset {dataset!r} (known: {', '.join(DATASETS)})")
-    return dataset
+    return manifest
+
+
+def read_dataset(data_dir: str) -> str:
+    """The dataset a data folder holds: "sanstype" or "spoc"."""
+    return read_manifest(data_dir)["dataset"]
 
 
 # ============================================================================
@@ -174,8 +183,9 @@ def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Multi-head attention. `cache` (a dict) keeps keys and values across decoding steps: a self-attention
-    cache grows a position a step (append_to_cache); a cross-attention cache is filled at the first."""
+    """Multi-head attention. In decoding, `cache` holds keys and values kept across steps (start_decoding): a
+    cross-attention cache the encoder output's, projected once; a self-attention cache has a slot for every
+    position from the start, and x's keys and values go into theirs (`position`), so no step changes a shape."""
 
     def __init__(self, d_model: int, n_heads: int, dropout: float):
         super().__init__()
@@ -185,46 +195,18 @@ class Attention(nn.Module):
     def split_heads(self, x):  # (B, T, D) -> (B, H, T, D/H)
         return x.view(x.shape[0], x.shape[1], self.n_heads, -1).transpose(1, 2)
 
-    def forward(self, x, context, mask, cache=None, cross=False):
+    def forward(self, x, context, mask, cache=None, position=None):
         q = self.split_heads(self.q(x))
         if cache is None:
             k, v = self.k(context), self.v(context)
-        elif cross:  # the encoder's output: projected at the first step only
-            if "k" not in cache:
-                cache["k"], cache["v"] = self.k(context), self.v(context)
-            k, v = cache["k"], cache["v"]
         else:
-            k, v = append_to_cache(cache, self.k(x), self.v(x))
+            if position is not None:  # self-attention: this step's key and value into their slot
+                cache["k"].index_copy_(1, position, self.k(x))
+                cache["v"].index_copy_(1, position, self.v(x))
+            k, v = cache["k"], cache["v"]
         k, v = self.split_heads(k), self.split_heads(v)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
         return self.out(y.transpose(1, 2).reshape(x.shape))
-
-
-def append_to_cache(cache: dict, k, v):
-    """Write the new positions' keys and values (B, T, D) after the cached ones; return all of them.
-    They go into buffers that double when full, so a step does not copy the whole cache (torch.cat would)."""
-    n = cache.get("length", 0)
-    end = n + k.shape[1]
-    if "k" not in cache or end > cache["k"].shape[1]:  # full: a buffer twice as long, the cache copied in
-        for name, new in (("k", k), ("v", v)):
-            buffer = new.new_empty(new.shape[0], 2 * end, new.shape[2])
-            if n:
-                buffer[:, :n] = cache[name][:, :n]
-            cache[name] = buffer
-    cache["k"][:, n:end], cache["v"][:, n:end], cache["length"] = k, v, end
-    return cache["k"][:, :end], cache["v"][:, :end]
-
-
-def select_rows(cache: list[dict], rows):
-    """Keep only these rows of a decoding cache: finished outputs leave the batch."""
-    for layer_cache in cache:
-        for name in ("self", "cross"):
-            part = layer_cache[name]
-            filled = part.get("length")  # a self-attention buffer: move only its written positions
-            for key in ("k", "v"):  # in place, so that a buffer keeps its room to grow
-                chosen = part[key][rows, :filled]
-                part[key] = part[key][:len(chosen)]
-                part[key][:, :filled] = chosen
 
 
 class FeedForward(nn.Module):
@@ -263,15 +245,35 @@ class DecoderLayer(nn.Module):
         self.self_norm, self.cross_norm, self.ffn_norm = (nn.LayerNorm(c.d_model) for _ in range(3))
         self.dropout = c.dropout
 
-    def forward(self, x, self_mask, memory, memory_mask, cache=None):
+    def forward(self, x, self_mask, memory, memory_mask, cache=None, position=None):
         def drop(y):
             return F.dropout(y, self.dropout, self.training)
-        self_cache = cache.setdefault("self", {}) if cache is not None else None
-        cross_cache = cache.setdefault("cross", {}) if cache is not None else None
         y = self.self_norm(x)
-        x = x + drop(self.self_attention(y, y, self_mask, self_cache))
-        x = x + drop(self.cross_attention(self.cross_norm(x), memory, memory_mask, cross_cache, cross=True))
+        x = x + drop(self.self_attention(y, y, self_mask, cache and cache["self"], position))
+        x = x + drop(self.cross_attention(self.cross_norm(x), memory, memory_mask, cache and cache["cross"]))
         return x + drop(self.ffn(self.ffn_norm(x)))
+
+
+class Decoded(NamedTuple):
+    """A decoded batch. tokens (B, T): each row's chosen ids, with EOS where it chose one and PAD after it;
+    lengths (B,): the ids before EOS (max_len: cut there, EOS never chosen)."""
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+
+
+@dataclass
+class Decoding:
+    """One batch's decoding, every tensor allocated at its full size at the start (start_decoding), so that each
+    step (Transformer.decode_step) has the same shapes and CUDA can capture it (cuda_graph_decoder)."""
+    tokens: torch.Tensor        # (B, max_len + 1): BOS, then each step's choice; PAD after a row's EOS
+    done: torch.Tensor          # (B,) bool: the row has chosen EOS
+    position: torch.Tensor      # (1,) the position the next step reads (a tensor: a captured step reads it anew)
+    rows: torch.Tensor          # (R,) the rows the steps decode: all B on a GPU; on the CPU finished ones leave
+    caches: list                # per decoder layer, for those rows: {"self": {"k", "v"} (R, max_len, D),
+                                #                                     "cross": {"k", "v"} (R, S, D)}
+    memory_mask: torch.Tensor   # (R, 1, 1, S)
+    never_generated: torch.Tensor  # (V,) True at the ids decoders never output (NEVER_GENERATED)
+    sample: bool                # draw from the distribution (else: its most likely token)
 
 
 class Transformer(nn.Module):
@@ -288,13 +290,15 @@ class Transformer(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
         # Pre-norm layers add to an un-normalised residual stream: each stack ends with one LayerNorm.
         self.encoder_norm, self.decoder_norm = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
+        self.cuda_graphs = {}  # CUDA graphs of decode_step by shape (cuda_graph_decoder); not part of the model
 
-    def embed_tokens(self, tokens, start: int = 0, one_hot=None):
-        """one_hot: the same tokens as rows (B, T, V) that may carry a gradient (the straight-through estimators'
-        input to the denoiser); their product with the embedding matrix is the lookup when they are one-hot."""
+    def embed_tokens(self, tokens, positions=None, one_hot=None):
+        """Token embeddings plus sinusoidal positions (default: 0..T-1). one_hot: the same tokens as rows (B, T, V)
+        that may carry a gradient (the straight-through estimators' input to the denoiser); their product with the
+        embedding matrix is the lookup when they are one-hot."""
         vectors = self.embed(tokens) if one_hot is None else one_hot @ self.embed.weight
-        x = vectors * math.sqrt(self.config.d_model) + self.positions[start:start + tokens.shape[1]]
-        return F.dropout(x, self.config.dropout, self.training)
+        positions = self.positions[:tokens.shape[1]] if positions is None else positions
+        return F.dropout(vectors * math.sqrt(self.config.d_model) + positions, self.config.dropout, self.training)
 
     def encode(self, src, one_hot=None):
         """src (B, S) token ids, PAD-padded (and optionally as one-hot rows, embed_tokens) -> (memory (B, S, D),
@@ -305,61 +309,180 @@ class Transformer(nn.Module):
             x = layer(x, mask)
         return self.encoder_norm(x), mask
 
-    def decode(self, tgt_in, memory, memory_mask, cache=None, start: int = 0):
-        """Logits (B, T, V) for the next token at every position of tgt_in (B, T). With a
-        cache, tgt_in holds only the new positions, the first of them at `start`."""
-        T = tgt_in.shape[1]  # (one new position may attend to every cached one: no mask)
-        causal = torch.ones(T, start + T, dtype=torch.bool, device=tgt_in.device).tril(start) if T > 1 else None
-        x = self.embed_tokens(tgt_in, start)
-        for i, layer in enumerate(self.decoder):
-            x = layer(x, causal, memory, memory_mask, cache[i] if cache is not None else None)
+    def decode(self, tgt_in, memory, memory_mask):
+        """Logits (B, T, V) for the next token at every position of tgt_in (B, T): teacher forcing."""
+        T = tgt_in.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).tril()
+        x = self.embed_tokens(tgt_in)
+        for layer in self.decoder:
+            x = layer(x, causal, memory, memory_mask)
+        return self.output_logits(x)
+
+    def output_logits(self, x):
         return self.decoder_norm(x) @ self.embed.weight.T  # the output projection shares the embeddings
 
     def forward(self, src, tgt_in):
         return self.decode(tgt_in, *self.encode(src))
 
     @torch.no_grad()
-    def generate(self, src, max_len: int = 200, sample: bool = False, use_cache: bool = True, repeat: int = 1):
-        """Greedy (or, with sample=True, ancestral) decoding of a batch, each sequence stopping at EOS: token ids
-        without BOS/EOS, `repeat` lists per source (one after another, the source encoded once). use_cache=False
-        is for the tests and benches only: the slow reference the key/value cache is checked against."""
+    def generate(self, src, max_len: int = 200, sample: bool = False, repeat: int = 1) -> Decoded:
+        """Greedy (or, with sample=True, ancestral) decoding of a batch, each row stopping at EOS or after max_len
+        tokens; `repeat` rows per source (one after another, the source encoded once). On a GPU the steps are a
+        CUDA graph replayed in fixed shapes, and whether every row has finished is asked only every FINISHED_CHECK
+        steps (it waits for the GPU), so up to that many steps run past the last EOS. On the CPU the same step runs
+        eagerly, attending to the written cache slots alone, and finished rows leave the batch."""
         memory, memory_mask = self.encode(src)
         memory, memory_mask = memory.repeat_interleave(repeat, 0), memory_mask.repeat_interleave(repeat, 0)
-        B = memory.shape[0]
-        tokens = torch.full((B, max_len + 1), PAD_ID, dtype=torch.long, device=src.device)
-        tokens[:, 0] = BOS_ID
-        rows = torch.arange(B, device=src.device)  # the rows still in the batch
-        done = torch.zeros(B, dtype=torch.bool, device=src.device)  # which of them have output EOS
-        cache = [{} for _ in self.decoder] if use_cache else None
-        for step in range(max_len):
-            if use_cache:
-                logits = self.decode(tokens[rows, step:step + 1], memory, memory_mask, cache, start=step)[:, -1]
-            else:  # re-run the decoder over the whole prefix: the slow reference for the cache
-                logits = self.decode(tokens[rows, :step + 1], memory, memory_mask)[:, -1]
-            logits[:, NEVER_GENERATED] = float("-inf")
-            if sample:  # inverse-CDF draw: one uniform per row (torch.multinomial draws one per class)
-                cdf = F.softmax(logits.float(), dim=-1).cumsum(dim=-1)
-                uniform = torch.rand(B, 1, device=src.device)[rows] * cdf[:, -1:]  # B draws: the same whoever is left
-                next_token = torch.searchsorted(cdf, uniform).squeeze(1).clamp(max=logits.shape[-1] - 1)
-            else:
-                next_token = logits.argmax(dim=-1)
-            tokens[rows, step + 1] = next_token  # (after a row's EOS: ignored by strip_special)
-            done |= next_token == EOS_ID
-            if done.all():
+        if src.is_cuda:
+            state, step = cuda_graph_decoder(self, memory, memory_mask, max_len, sample)
+        else:
+            state = self.start_decoding(memory, memory_mask, max_len, sample)
+            step = lambda: self.decode_step(state, written=steps + 1)  # noqa: E731
+        steps = 0
+        while steps < max_len:
+            step()
+            steps += 1
+            if src.is_cuda:
+                if steps % FINISHED_CHECK == 0 and state.done.all():
+                    break
+            elif state.done.all():
                 break
-            # Finished rows leave the batch once they are a quarter of it: a step's cost grows with its rows,
-            # but dropping rows copies every cache, which cost about as much as a step when done at every EOS.
-            if 4 * done.sum() >= len(rows):
-                going = ~done
-                rows, memory, memory_mask, done = rows[going], memory[going], memory_mask[going], done[going]
-                if use_cache:
-                    select_rows(cache, going)
-        return [strip_special(row) for row in tokens[:, 1:].tolist()]
+            elif 4 * state.done[state.rows].sum() >= len(state.rows):
+                drop_finished_rows(state)
+        tokens = state.tokens[:, 1:steps + 1].clone()  # (a copy: a CUDA graph's buffers serve the next batch)
+        lengths = torch.where(state.done, (tokens == EOS_ID).int().argmax(dim=1), max_len)
+        return Decoded(tokens, lengths)
+
+    def start_decoding(self, memory, memory_mask, max_len: int, sample: bool) -> Decoding:
+        """A decoding's state, every buffer at its full size; restart_decoding fills it."""
+        B, D = memory.shape[0], self.config.d_model
+        caches = []
+        for layer in self.decoder:
+            cross = {"k": layer.cross_attention.k(memory), "v": layer.cross_attention.v(memory)}
+            # zeros, not empty: a slot not yet written is masked, but NaN garbage would still poison the softmax
+            caches.append({"cross": cross, "self": {name: cross[name].new_zeros(B, max_len, D) for name in "kv"}})
+        state = Decoding(tokens=memory.new_empty(B, max_len + 1, dtype=torch.long),
+                         done=memory.new_empty(B, dtype=torch.bool),
+                         position=memory.new_empty(1, dtype=torch.long), rows=torch.arange(B, device=memory.device),
+                         caches=caches,
+                         memory_mask=memory_mask.clone(),
+                         never_generated=never_generated_mask(memory, self.config.vocab_size), sample=sample)
+        return self.restart_decoding(state, memory, memory_mask)
+
+    def restart_decoding(self, state: Decoding, memory, memory_mask) -> Decoding:
+        """Set a decoding's state, in place, to the start of a new batch of the same shapes."""
+        state.tokens.fill_(PAD_ID)
+        state.tokens[:, 0] = BOS_ID
+        state.done.zero_()
+        state.position.zero_()
+        state.memory_mask.copy_(memory_mask)
+        for layer, cache in zip(self.decoder, state.caches):
+            cache["cross"]["k"].copy_(layer.cross_attention.k(memory))
+            cache["cross"]["v"].copy_(layer.cross_attention.v(memory))
+        return state
+
+    def decode_step(self, s: Decoding, written: int | None = None):
+        """One more token for each of s.rows, in place: read the tokens at s.position, write each row's next one
+        after them (PAD once it has chosen EOS). No host synchronisation and no tensor made on the host, and with
+        written=None fixed shapes: CUDA can capture it whole. The new position attends to every self-attention
+        slot, those not yet written masked; on the CPU, `written` (the host counts the steps) restricts it to the
+        slots written so far, unmasked: half the work."""
+        token = s.tokens.index_select(1, s.position)[s.rows]  # (R, 1)
+        x = self.embed_tokens(token, self.positions[s.position])
+        slots = s.caches[0]["self"]["k"].shape[1] if written is None else written
+        visible = (torch.arange(slots, device=token.device) <= s.position)[None] if written is None else None
+        for layer, cache in zip(self.decoder, s.caches):
+            cache = {"self": {name: cache["self"][name][:, :slots] for name in "kv"}, "cross": cache["cross"]}
+            x = layer(x, visible, None, s.memory_mask, cache, s.position)
+        logits = self.output_logits(x)[:, -1].float().masked_fill(s.never_generated, float("-inf"))
+        if s.sample:  # inverse-CDF draw: one uniform per row (torch.multinomial draws one per class)
+            cdf = F.softmax(logits, dim=-1).cumsum(dim=-1)
+            uniform = torch.rand(len(s.tokens), 1, device=cdf.device)[s.rows] * cdf[:, -1:]  # as many whoever is left
+            next_token = torch.searchsorted(cdf, uniform).squeeze(1).clamp(max=logits.shape[-1] - 1)
+        else:
+            next_token = logits.argmax(dim=-1)
+        done = s.done[s.rows]
+        next_token = next_token.masked_fill(done, PAD_ID)  # a finished row stays finished
+        s.position += 1
+        s.tokens[s.rows, s.position] = next_token
+        s.done[s.rows] = done | (next_token == EOS_ID)
+
+
+def drop_finished_rows(s: Decoding):
+    """The CPU's decoding sheds its finished rows (their outputs stay in s.tokens): a step's cost grows with its rows.
+    Shedding copies every cache, which costs about a step, so generate sheds them once they are a quarter of it."""
+    going = ~s.done[s.rows]
+    s.rows, s.memory_mask = s.rows[going], s.memory_mask[going]
+    for cache in s.caches:
+        for part in cache.values():
+            part["k"], part["v"] = part["k"][going], part["v"][going]
+
+
+# On a GPU, a decoding step of the paper's model is ~200 small kernels, each launched from Python: decoding is bound
+# by the launches, not the arithmetic. A CUDA graph of the whole step replays them in one launch. A graph holds its
+# shapes, so a batch is padded up to a bucket (rows stay; sources and max_len round up to a multiple of
+# GRAPH_BUCKET), and a few graphs, captured once and kept with the model, serve every batch. FINISHED_CHECK: how
+# often generate asks the GPU whether every row has finished.
+GRAPH_BUCKET = 32
+FINISHED_CHECK = 8
+
+
+def cuda_graph_decoder(model, memory, memory_mask, max_len: int, sample: bool):
+    """(state, step) for Transformer.generate on CUDA: a decoding state of the bucket's shapes, restarted with this
+    batch, and step() replaying the captured decode_step."""
+    S, L = (-(-n // GRAPH_BUCKET) * GRAPH_BUCKET for n in (memory.shape[1], max_len))
+    memory = F.pad(memory, (0, 0, 0, S - memory.shape[1]))  # extra source positions: zeros, masked
+    memory_mask = F.pad(memory_mask, (0, S - memory_mask.shape[-1]), value=False)
+    key = (memory.shape[0], S, L, sample, model.training, torch.is_autocast_enabled("cuda"))
+    if key not in model.cuda_graphs:
+        state = model.start_decoding(memory, memory_mask, L, sample)
+        try:
+            step = capture_cuda_graph(lambda: model.decode_step(state)).replay
+        except RuntimeError as error:  # not expected; the same step uncaptured decodes the same, only slower
+            print(f"decoding: no CUDA graph ({str(error).splitlines()[0]}): one step at a time", file=sys.stderr)
+            step = lambda: model.decode_step(state)  # noqa: E731
+        model.cuda_graphs[key] = state, step
+    state, step = model.cuda_graphs[key]
+    model.restart_decoding(state, memory, memory_mask)
+    return state, step
+
+
+def capture_cuda_graph(step):
+    """A CUDA graph of step(): one run on a side stream first (lazy initialisations must not happen in a capture), as
+    torch.cuda.graph asks; under autocast with its cast cache off (cached casts would not outlive the capture); only
+    this thread's calls checked (fit's thread pins the next epoch's batches meanwhile)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"), torch.autocast(
+            "cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"),
+            cache_enabled=False):
+        step()
+    return graph
+
+
+def never_generated_mask(like, vocab_size: int):
+    """(V,): True at the ids decoders never output (NEVER_GENERATED), on the device of the tensor `like`."""
+    ids = torch.arange(vocab_size, device=like.device)
+    return (ids == PAD_ID) | (ids == BOS_ID)
 
 
 def max_output_length(model, src) -> int:
     """Where decoding gives up on a batch: code is about 1.2x as long as its pseudocode."""
     return min(2 * src.shape[1] + 10, model.config.max_positions)
+
+
+def as_lists(decoded: Decoded) -> list[list[int]]:
+    """Each row's ids before EOS, as Python lists (for the tokenizer): a host synchronisation."""
+    return [row[:n] for row, n in zip(decoded.tokens.tolist(), decoded.lengths.tolist())]
+
+
+def with_eos(decoded: Decoded):
+    """(B, T + 1): each row's ids, then EOS (also after a cut one), PAD after: a decoded batch as a source."""
+    return F.pad(decoded.tokens, (0, 1), value=PAD_ID).scatter(1, decoded.lengths[:, None], EOS_ID)
 
 
 @torch.no_grad()
@@ -375,7 +498,7 @@ def translate(model, tokenizer, texts: list[str], batch_size: int, progress: boo
     for start in range(0, len(order), batch_size):
         chosen = order[start:start + batch_size]
         src = pad([sources[i] + [EOS_ID] for i in chosen]).to(device)
-        ids = model.generate(src, max_len=max_output_length(model, src))
+        ids = as_lists(model.generate(src, max_len=max_output_length(model, src)))
         for i, text in zip(chosen, tokenizer.decode(ids)):
             outputs[i] = text
         if meter:
@@ -392,12 +515,6 @@ def denoise(denoiser, tokenizer, programs: list[str], batch_size: int, error_fre
     flagged = [program for program, ok in zip(programs, passed) if not ok]
     repaired = iter(translate(denoiser, tokenizer, flagged, batch_size, progress=progress))
     return [program if ok else next(repaired) for program, ok in zip(programs, passed)]
-
-
-def strip_special(ids: list[int]) -> list[int]:
-    """Token ids up to the first EOS, without padding."""
-    ids = ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids
-    return [i for i in ids if i != PAD_ID]
 
 
 # ============================================================================
@@ -547,104 +664,106 @@ def sequence_loss(logits, targets, label_smoothing: float = 0.0):
                            label_smoothing=label_smoothing)
 
 
-def output_log_probs(model, memory, memory_mask, outputs: list[list[int]], finished: list[bool]):
-    """log p(output | source) for each row, summed over its tokens, with gradients, given the
-    encoded sources (model.encode, one row per output): the decoder reads BOS + output and
-    scores output (+ EOS if the output finished; a decode cut at max_len never chose EOS)."""
-    tgt = pad([[BOS_ID] + ids + [EOS_ID] for ids in outputs])
-    tgt_in, tgt_out = tgt[:, :-1].to(memory.device), tgt[:, 1:].clone()
-    for row, (ids, done) in enumerate(zip(outputs, finished)):
-        if not done:
-            tgt_out[row, len(ids)] = PAD_ID
-    tgt_out = tgt_out.to(memory.device)
-    logits = model.decode(tgt_in, memory, memory_mask).float()
-    logits[..., NEVER_GENERATED] = float("-inf")  # as the sampler does: its distribution, exactly
-    log_probs = F.log_softmax(logits, dim=-1)
-    token_log_probs = log_probs.gather(-1, tgt_out[..., None]).squeeze(-1)
-    return token_log_probs.masked_fill(tgt_out == PAD_ID, 0.0).sum(dim=1)  # (not * mask: -inf * 0 is nan)
+def log_likelihood(logits, targets):
+    """log p(targets) (B,): each row's token log-probabilities summed, padding skipped, under the distribution the
+    decoders draw from (PAD and BOS impossible, as in Transformer.decode_step)."""
+    logits = logits.float().masked_fill(never_generated_mask(logits, logits.shape[-1]), float("-inf"))
+    token = F.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+    return token.masked_fill(targets == PAD_ID, 0.0).sum(dim=1)  # (not * mask: -inf * 0 is nan)
 
 
-def denoiser_reward(denoiser, gamma: float | None = -50.0):
-    """reward(y', y) = max(log p_beta(y | y'), gamma) for lists of sampled and gold token ids: the frozen
-    denoiser teacher-forced on the gold program given the sample. The paper's text clamps at gamma = -50.
-    relaxed: y' + EOS as one-hot rows with a gradient (relaxed_outputs), read by the denoiser in place of the ids."""
-    def reward(sampled, gold, relaxed=None):
-        noisy = pad([ids + [EOS_ID] for ids in sampled]).to(next(denoiser.parameters()).device)
-        log_p = output_log_probs(denoiser, *denoiser.encode(noisy, relaxed), gold, [True] * len(sampled))
-        return log_p if gamma is None else log_p.clamp(min=gamma)
-    return reward
+def shift_right(tokens):
+    """A decoder's input for teacher forcing on `tokens`: BOS, then every token but the last."""
+    return F.pad(tokens[:, :-1], (1, 0), value=BOS_ID)
+
+
+def same_sequences(a, b):
+    """Row by row, whether two PAD-padded id tensors hold the same sequence."""
+    width = max(a.shape[1], b.shape[1])
+    return (F.pad(a, (0, width - a.shape[1]), value=PAD_ID) == F.pad(b, (0, width - b.shape[1]), value=PAD_ID)).all(1)
 
 
 @torch.no_grad()
-def sample_outputs(model, src, samples: int, max_len: int):
+def sample_outputs(model, src, samples: int, max_len: int) -> Decoded:
     """`samples` outputs y' ~ p_theta(.|x) per source (one after another), drawn with dropout off, as f
-    predicts at test time; and whether each finished (chose EOS before max_len)."""
+    predicts at test time."""
     was_training = model.training
     model.eval()
     sampled = model.generate(src, max_len=max_len, sample=True, repeat=samples)
     model.train(was_training)
-    return sampled, [len(ids) < max_len for ids in sampled]
+    return sampled
 
 
-def composed_loss(model, reward, src, tgt_in, tgt_out, *, samples: int, baseline: str, composed_weight: float = 0.1,
-                  lam: float = 1.0, label_smoothing: float = 0.0, max_len: int | None = None,
-                  sample_log_prob=output_log_probs, estimator: str = "reinforce", tau: float = 1.0):
+def composed_loss(f, denoiser, src, tgt_in, tgt_out, *, samples: int = 1, estimator: str = "reinforce",
+                  baseline: str = "batch", clamp: str = "reward", gamma: float = -50.0, composed_weight: float = 0.1,
+                  lam: float = 1.0, tau: float = 1.0, label_smoothing: float = 0.0, error_free=None,
+                  max_len: int | None = None):
     """Composed fine-tuning's loss for one batch: minus Eq. 1,
 
         max_theta  E_{y' ~ p_theta(.|x)}[ log p_beta(y | y') ]  +  lambda * E[ log p_theta(y | x) ]
 
-    with the frozen denoiser inside reward(y', y) = log p_beta(y | y') (denoiser_reward). The samples y' are
-    discrete, so the first term's gradient needs an estimator (Section 3: "REINFORCE, straight-through
-    estimation, or a Gumbel-softmax reparameterization"):
+    where f = p_theta trains and the denoiser Pi = p_beta is frozen (in eval mode, its weights without gradients).
+    The samples y' are discrete, so the first term's gradient needs an estimator (Section 3: "REINFORCE,
+    straight-through estimation, or a Gumbel-softmax reparameterization"):
       reinforce         E_{y'}[ (log p_beta(y | y') - b) * grad log p_theta(y' | x) ] (Appendix D), from `samples`
-                        outputs per input and a baseline b (reinforce_baseline; b = 0 is the paper's); unbiased;
-                        the released code's variants of log p_theta(y'|x) are finetune.py's --clamp (sample_log_prob);
+                        outputs per input and a baseline b (reinforce_baseline; b = 0 is the paper's); unbiased.
+                        Clamped at gamma: the reward (the paper's text), log p_theta(y'|x) ("sample"), or the
+                        released code's log p_theta(y'|x) over the padded batch ("padded-sample");
       straight-through  grad log p_beta(y | y'), the denoiser reading y' as one-hot rows whose gradient passes to
-      gumbel            f's softmax, or to a Gumbel-softmax sample at temperature tau (relaxed_outputs); biased.
+      gumbel            f's softmax, or to a Gumbel-softmax sample at temperature tau (relaxed_rows); biased.
+    error_free (SPoC, Appendix E): Pi = (g, nu) leaves a y' its error detector g passes as it is, so there
+    log p_beta(y | y') is 0 if y' = y, else gamma. error_free(y') -> a bool per row.
     Both terms are sums over a sequence's tokens divided by the batch's gold tokens, so lambda weighs them as
     Eq. 1 does; the composed term is then scaled by composed_weight (REINFORCE's: 0.1, Appendix D: "roughly an
     order of magnitude larger"). max_len, the samples' length limit, is for the tests only (by default: 16
-    tokens past the batch's longest gold program)."""
-    gold = [strip_special(row) for row in tgt_out.tolist()]
-    n_tokens = int((tgt_out != PAD_ID).sum())
-    # A sample much longer than the longest gold program is wrong anyway: cutting it is part of the sampling
-    # distribution (the estimator stays exact for it), and a degenerate one would run to max_output_length.
-    max_len = max_len or min(max_output_length(model, src), tgt_out.shape[1] + 16)
-    sampled, finished = sample_outputs(model, src, samples, max_len)                      # y' ~ p_theta(.|x)
-    memory, memory_mask = model.encode(src)  # one encoder pass (with gradient) for both terms
-    per_sample = memory.repeat_interleave(samples, 0), memory_mask.repeat_interleave(samples, 0)
-    gold_per_sample = [y for y in gold for _ in range(samples)]
+    tokens past the batch's longest gold program: a sample much longer is wrong anyway, and cutting it is part of
+    the sampling distribution, for which the estimator stays exact)."""
+    max_len = max_len or min(max_output_length(f, src), tgt_out.shape[1] + 16)
+    y_prime = sample_outputs(f, src, samples, max_len)                                  # y' ~ p_theta(.|x)
+    noisy = with_eos(y_prime)                                                           # y' + EOS, as Pi reads it
+    chosen = F.pad(y_prime.tokens, (0, 1), value=PAD_ID)                                # y', and EOS where f chose it
+    gold_in, gold_out = tgt_in.repeat_interleave(samples, 0), tgt_out.repeat_interleave(samples, 0)
+    memory, memory_mask = f.encode(src)  # one encoder pass (with gradient) for both terms
+    # f teacher-forced on its samples, once: log p_theta(y'|x), and f's distribution at every position of y'
+    f_logits = f.decode(shift_right(noisy), memory.repeat_interleave(samples, 0),
+                        memory_mask.repeat_interleave(samples, 0)).float()
     if estimator == "reinforce":
-        log_p_sample = sample_log_prob(model, *per_sample, sampled, finished)                 # log p_theta(y'|x)
+        if clamp == "padded-sample":
+            log_p_sample = released_sample_log_probs(f_logits, chosen, y_prime.lengths, max_len).clamp(min=gamma)
+        else:
+            log_p_sample = log_likelihood(f_logits, chosen)                             # log p_theta(y'|x)
+            log_p_sample = log_p_sample.clamp(min=gamma) if clamp == "sample" else log_p_sample
         with torch.no_grad():
-            rewards = reward(sampled, gold_per_sample).view(-1, samples)                      # log p_beta(y|y')
+            reward = log_likelihood(denoiser.decode(gold_in, *denoiser.encode(noisy)), gold_out)  # log p_beta(y|y')
+            if error_free is not None:  # Pi = (g, nu): what g passes stays as it is
+                reward = torch.where(error_free(y_prime), torch.where(same_sequences(noisy, gold_out), 0.0, gamma),
+                                     reward)
+            reward = reward.clamp(min=gamma) if clamp == "reward" else reward
+        rewards = reward.view(-1, samples)  # (inputs, samples)
         advantage = (rewards - reinforce_baseline(rewards, baseline)).view(-1)
         composed = -(advantage * log_p_sample).sum()
     else:
-        relaxed = relaxed_outputs(model, *per_sample, sampled, estimator, tau)                # y', with a gradient
-        composed = -reward(sampled, gold_per_sample, relaxed).sum()                           # log p_beta(y|y')
-    direct = sequence_loss(model.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)  # -log p_theta(y|x)
-    return composed_weight * (composed / samples / n_tokens) + lam * direct
+        rows = relaxed_rows(f_logits, noisy, estimator, tau)                            # y' + EOS, with a gradient
+        composed = -log_likelihood(denoiser.decode(gold_in, *denoiser.encode(noisy, rows)), gold_out).sum()
+    direct = sequence_loss(f.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)  # -log p_theta(y|x)
+    return composed_weight * composed / samples / (tgt_out != PAD_ID).sum() + lam * direct
 
 
-def relaxed_outputs(model, memory, memory_mask, outputs: list[list[int]], estimator: str, tau: float = 1.0):
-    """The outputs y' + EOS (as the denoiser reads them) as one-hot rows (B, T, V) whose gradient reaches f, for
-    the straight-through estimators. One teacher-forced pass of f's decoder over y' gives f's distribution p at
-    every position; the rows are  one_hot(y') - s.detach() + s:  exactly y' going forward, s's gradient going
-    back, with
+def relaxed_rows(f_logits, noisy, estimator: str, tau: float = 1.0):
+    """The samples y' + EOS (noisy, as the denoiser reads them) as one-hot rows (B, T, V) whose gradient reaches f,
+    for the straight-through estimators, from f's logits at every position of them (f teacher-forced on its
+    samples). The rows are  one_hot(y') - s.detach() + s:  exactly y' going forward, s's gradient going back, with
       straight-through  s = p                         (Bengio et al., 2013);
       gumbel            s = softmax((log p + g) / tau), g Gumbel noise drawn given that log p + g has its
                         maximum at y' (Tucker et al., 2017), so the relaxed sample is a relaxation of y' itself.
     p keeps every token (PAD and BOS, which the sampler never draws, have a negligible share)."""
-    tgt = pad([[BOS_ID] + ids + [EOS_ID] for ids in outputs]).to(memory.device)
-    tokens = tgt[:, 1:]
-    log_p = F.log_softmax(model.decode(tgt[:, :-1], memory, memory_mask).float(), dim=-1)
+    log_p = F.log_softmax(f_logits, dim=-1)
     if estimator == "straight-through":
         soft = log_p.exp()
     else:
-        soft = F.softmax(gumbel_given_argmax(log_p, tokens) / tau, dim=-1)
-    hard = F.one_hot(tokens, log_p.shape[-1]).float()
-    return (hard - soft.detach() + soft) * (tokens != PAD_ID)[..., None]  # padding: a zero row, as its embedding
+        soft = F.softmax(gumbel_given_argmax(log_p, noisy) / tau, dim=-1)
+    hard = F.one_hot(noisy, log_p.shape[-1]).float()
+    return (hard - soft.detach() + soft) * (noisy != PAD_ID)[..., None]  # padding: a zero row, as its embedding
 
 
 def gumbel_given_argmax(log_p, tokens):
@@ -653,6 +772,16 @@ def gumbel_given_argmax(log_p, tokens):
     top = -torch.empty_like(log_p[..., :1]).exponential_().log()                # the maximum's value
     others = log_p - torch.empty_like(log_p).exponential_().log()               # Gumbel(log p_i)
     return (-torch.logaddexp(-top, -others)).scatter(-1, tokens[..., None], top)  # truncated: -log(e^-top + e^-g)
+
+
+def released_sample_log_probs(f_logits, chosen, lengths, max_len: int):
+    """log p_theta(y'|x) as the released code computes it (finetune.py --clamp padded-sample): summed over every
+    position of the batch's samples padded to the longest, the padding after a sample's end scored as the padding
+    token (which f never learns to predict), nothing masked. Clamped at gamma, a sample shorter than the longest
+    of its batch is almost always clamped, and a clamped sample gets no gradient."""
+    longest = (lengths + (lengths < max_len)).max()  # the longest sample, with its EOS if it chose one
+    token = F.log_softmax(f_logits, dim=-1).gather(-1, chosen[..., None]).squeeze(-1)
+    return token.masked_fill(torch.arange(chosen.shape[1], device=chosen.device) >= longest, 0.0).sum(dim=1)
 
 
 def reinforce_baseline(rewards, kind: str):
@@ -672,21 +801,22 @@ def reinforce_baseline(rewards, kind: str):
 
 
 @torch.no_grad()
-def composed_validation_loss(model, pi_loss, pairs, batch_size, device) -> float:
-    """Composed fine-tuning's early-stopping criterion: the cross entropy of the composition Pi(f(x)) on the
-    gold y, per gold token, where f decodes greedily (the authors' code scores a sampled f(x) instead) and
-    pi_loss(pairs of (f(x), y)) is the denoiser's summed loss on them (denoiser_loss)."""
-    model.eval()
-    predicted = []
-    for src, _, tgt_out in batches(pairs, batch_size):
-        predictions = model.generate(src.to(device), max_len=max_output_length(model, src))
-        predicted += zip(predictions, [strip_special(row) for row in tgt_out.tolist()])
-    return pi_loss(predicted) / sum(len(y) + 1 for _, y in predicted)  # the decoder predicts y + EOS
-
-
-def denoiser_loss(denoiser, batch_size: int, device):
-    """pi_loss for composed_validation_loss: -sum log p_beta(y | f(x)), Pi teacher-forced."""
-    return lambda predicted: cross_entropy_sum(denoiser, predicted, batch_size, device)[0]
+def composed_validation_loss(f, denoiser, val_batches, error_free=None, gamma: float = -50.0) -> float:
+    """Composed fine-tuning's early-stopping criterion: the cross entropy of the composition Pi(f(x)) on the gold y,
+    per gold token, where f decodes greedily (the authors' code scores a sampled f(x) instead) and the frozen Pi is
+    teacher-forced on y. With SPoC's error detector (error_free, as in composed_loss), a prediction g passes costs
+    0 if it is y, else -gamma. val_batches: (src, tgt_in, tgt_out) on the device (device_batches)."""
+    f.eval()
+    total = tokens = 0
+    for src, tgt_in, tgt_out in val_batches:
+        predicted = f.generate(src, max_len=max_output_length(f, src))
+        noisy = with_eos(predicted)
+        logits = denoiser.decode(tgt_in, *denoiser.encode(noisy)).float()
+        loss = F.cross_entropy(logits.transpose(1, 2), tgt_out, ignore_index=PAD_ID, reduction="none").sum(dim=1)
+        if error_free is not None:
+            loss = torch.where(error_free(predicted), torch.where(same_sequences(noisy, tgt_out), 0.0, -gamma), loss)
+        total, tokens = total + loss.double().sum(), tokens + (tgt_out != PAD_ID).sum()
+    return (total / tokens).item()  # a CPU-GPU sync point, once per validation
 
 
 # ============================================================================
@@ -818,6 +948,8 @@ def pick_device(name: str | None = None) -> torch.device:
         device = None
     if device is None or device.type not in available or (device.index or 0) >= max(1, torch.cuda.device_count()):
         raise UsageError(f"--device {name}: this machine has {' and '.join(available)}")
+    if device.type == "cuda":  # fp32 matrix products in TF32 on the GPU's tensor cores: as the bf16 runs, 8x faster
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     return device
 
 
@@ -837,11 +969,12 @@ def autocast(precision: str, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
-def batches(pairs: list, batch_size: int, rng: random.Random | None = None):
+def batches(pairs: list, batch_size: int, rng: random.Random | None = None, pin: bool = False) -> list[tuple]:
     """(src, tgt_in, tgt_out) padded LongTensors from (source ids, target ids) pairs. The decoder
     reads BOS + target and predicts target + EOS. Pairs of similar length share a batch, as in
     fairseq: unsorted batches are half padding, which the CPU pays for in full. With an rng, ties
-    are broken at random and the batches come in random order."""
+    are broken at random and the batches come in random order. pin: in page-locked memory, from which
+    a copy to the GPU does not make the host wait (non_blocking)."""
     order = list(range(len(pairs)))
     if rng is not None:
         rng.shuffle(order)
@@ -849,11 +982,19 @@ def batches(pairs: list, batch_size: int, rng: random.Random | None = None):
     starts = list(range(0, len(order), batch_size))
     if rng is not None:
         rng.shuffle(starts)
+    prepared = []
     for start in starts:
         chosen = [pairs[i] for i in order[start:start + batch_size]]
         src = pad([s + [EOS_ID] for s, _ in chosen])
         tgt = pad([[BOS_ID] + t + [EOS_ID] for _, t in chosen])
-        yield src, tgt[:, :-1], tgt[:, 1:]
+        batch = src, tgt[:, :-1], tgt[:, 1:]
+        prepared.append(tuple(t.pin_memory() for t in batch) if pin else batch)
+    return prepared
+
+
+def device_batches(pairs: list, batch_size: int, device) -> list[tuple]:
+    """A fixed set of batches (validation's) on the device, copied once."""
+    return [tuple(t.to(device) for t in batch) for batch in batches(pairs, batch_size)]
 
 
 def pad(sequences: list[list[int]]) -> torch.Tensor:
@@ -864,22 +1005,16 @@ def pad(sequences: list[list[int]]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def cross_entropy_sum(model, pairs, batch_size, device) -> tuple[float, int]:
-    """(summed cross entropy in nats, number of target tokens) of a model teacher-forced on pairs."""
+def validation_loss(model, val_batches) -> float:
+    """Mean per-token cross entropy (no smoothing) of a model teacher-forced on batches on its device
+    (device_batches): the early-stopping criterion."""
     model.eval()
-    total, tokens = 0.0, 0
-    for src, tgt_in, tgt_out in batches(pairs, batch_size):
-        src, tgt_in, tgt_out = src.to(device), tgt_in.to(device), tgt_out.to(device)
-        n = int((tgt_out != PAD_ID).sum())
-        total += sequence_loss(model(src, tgt_in), tgt_out).item() * n
-        tokens += n
-    return total, tokens
-
-
-def validation_loss(model, pairs, batch_size, device) -> float:
-    """Mean per-token cross entropy (no smoothing), the early-stopping criterion."""
-    total, tokens = cross_entropy_sum(model, pairs, batch_size, device)
-    return total / tokens
+    total = tokens = 0
+    for src, tgt_in, tgt_out in val_batches:
+        logits = model(src, tgt_in).float()
+        total += F.cross_entropy(logits.transpose(1, 2), tgt_out, ignore_index=PAD_ID, reduction="sum").double()
+        tokens += (tgt_out != PAD_ID).sum()
+    return (total / tokens).item()  # a CPU-GPU sync point, once per validation
 
 
 def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
@@ -894,16 +1029,27 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     model.to(device)
     loss_fn = loss_fn or (lambda model, src, tgt_in, tgt_out, smoothing:  # -log p(y | x) per target token
                           sequence_loss(model(src, tgt_in), tgt_out, smoothing))
-    validate = validate or (lambda model: validation_loss(model, val_pairs, args.batch_size, device))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay)
+    val_batches = device_batches(val_pairs, args.batch_size, device)
+    validate = validate or (lambda model: validation_loss(model, val_batches))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay,
+                                  fused=device.type == "cuda")  # one kernel for every weight's update
     last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
     last = checkpoint_to_resume(last_path) if args.resume else None
     state = last["state"] if last else {"epoch": 0, "best_loss": float("inf"), "best_epoch": 0, "history": []}
-    pairs = train_pairs_for_epoch(state["epoch"] + 1)  # the next epoch's, which also tell the schedule its length
-    total_steps = args.epochs * -(-len(pairs) // args.batch_size)
+
+    def batches_of(epoch):  # random order and ties, the same for a seed's epoch whatever --epochs
+        pairs = train_pairs_for_epoch(epoch)
+        return batches(pairs, args.batch_size, random.Random(f"{args.seed}-batch order-{epoch}"),
+                       pin=device.type == "cuda")
+
+    # The next epoch's batches are made in a thread while this epoch trains: the denoiser's fresh corruptions cost
+    # seconds of CPU, most of an epoch on a GPU.
+    background = concurrent.futures.ThreadPoolExecutor(1)
+    upcoming = background.submit(batches_of, state["epoch"] + 1)
+    total_steps = args.epochs * len(upcoming.result())  # (the schedule's length)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, args, total_steps))
     if last:
-        restore(last, model, optimizer, scheduler)
+        restore(last, model, optimizer, scheduler, device)
         print(f"resumed from {last_path} after epoch {state['epoch']}", file=sys.stderr)
 
     def checkpoint(**more):
@@ -911,11 +1057,11 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
 
     while state["epoch"] < args.epochs and state["epoch"] - state["best_epoch"] < args.patience:
         epoch = state["epoch"] + 1
-        pairs = pairs or train_pairs_for_epoch(epoch)
+        epoch_batches = upcoming.result()
+        upcoming = background.submit(batches_of, epoch + 1) if epoch < args.epochs else None
         smoothing = label_smoothing_at(epoch, args.label_smoothing)
-        train_loss = train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable, epoch,
+        train_loss = train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, trainable, epoch,
                                      lambda *batch: loss_fn(*batch, smoothing))
-        pairs = None
         with autocast(args.precision, device):
             val_loss = validate(model)
         state["epoch"] = epoch
@@ -928,8 +1074,15 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
         print(f"epoch {epoch}: train loss {train_loss:.4f}, val loss {val_loss:.4f}"
               f"{' (best)' if improved else ''}{notes}", file=sys.stderr, flush=True)
         save_checkpoint(last_path, checkpoint(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
-                                              state=state, rng={"torch": torch.get_rng_state()}))
+                                              state=state, rng=random_states(device)))
+    background.shutdown(cancel_futures=True)
     return state
+
+
+def random_states(device) -> dict:
+    """The generators a resumed run must continue from: the CPU's, and the GPU's where it trains (dropout, samples)."""
+    return {"torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda"
+                                               else {})}
 
 
 def checkpoint_to_resume(last_path: str) -> dict | None:
@@ -940,13 +1093,15 @@ def checkpoint_to_resume(last_path: str) -> dict | None:
     return load_checkpoint(last_path, needs=("model", "optimizer", "scheduler", "state", "rng"))
 
 
-def restore(last: dict, model, optimizer, scheduler):
-    """Continue exactly where `last` stopped: weights, optimizer moments, the schedule's step, the random state.
+def restore(last: dict, model, optimizer, scheduler, device):
+    """Continue exactly where `last` stopped: weights, optimizer moments, the schedule's step, the random states.
     (After the scheduler is built, which resets the rate: the optimizer's state holds the rate the last step used.)"""
     model.load_state_dict(last["model"])
     optimizer.load_state_dict(last["optimizer"])
     scheduler.load_state_dict(last["scheduler"])
     torch.set_rng_state(last["rng"]["torch"])
+    if device.type == "cuda" and "cuda" in last["rng"]:
+        torch.cuda.set_rng_state(last["rng"]["cuda"], device)
 
 
 def label_smoothing_at(epoch: int, schedule: str) -> float:
@@ -980,17 +1135,20 @@ def learning_rate_factor(step: int, args, total_steps: int) -> float:
     return warmup
 
 
-def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable, epoch: int, batch_loss) -> float:
+def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, trainable, epoch: int,
+                    batch_loss) -> float:
+    """One pass over the epoch's batches; the mean training loss per target token. Nothing in the loop waits for
+    the GPU: the loss is summed on the device and read only for a progress line and at the end."""
     model.train()
     if trainable is not None:  # freeze the rest
         names = set(trainable)
         for name, parameter in model.named_parameters():
             parameter.requires_grad_(name in names)
-    rng = random.Random(f"{args.seed}-batch order-{epoch}")  # the same for a seed's epoch, whatever --epochs
-    meter = Progress(-(-len(pairs) // args.batch_size), f"epoch {epoch}/{args.epochs}", every_seconds=30)
-    total, tokens, start = 0.0, 0, time.time()
-    for src, tgt_in, tgt_out in batches(pairs, args.batch_size, rng):
-        src, tgt_in, tgt_out = src.to(device), tgt_in.to(device), tgt_out.to(device)
+    meter = Progress(len(epoch_batches), f"epoch {epoch}/{args.epochs}", every_seconds=30)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    tokens = torch.zeros((), dtype=torch.long, device=device)
+    for batch in epoch_batches:
+        src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in batch)
         with autocast(args.precision, device):
             loss = batch_loss(model, src, tgt_in, tgt_out)
         optimizer.zero_grad(set_to_none=True)
@@ -999,12 +1157,13 @@ def train_one_epoch(model, pairs, optimizer, scheduler, args, device, trainable,
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
         optimizer.step()
         scheduler.step()
-        n = int((tgt_out != PAD_ID).sum())
-        total, tokens = total + loss.item() * n, tokens + n
-        meter.step(extra=f"loss {total / tokens:.3f}, {tokens / (time.time() - start):.0f} tok/s")
+        n = (tgt_out != PAD_ID).sum()
+        total += loss.detach().double() * n
+        tokens += n
+        meter.step(extra=lambda: f"loss {(total / tokens).item():.3f}, {tokens.item() / meter.elapsed():.0f} tok/s")
     for parameter in model.parameters():
         parameter.requires_grad_(True)
-    return total / tokens
+    return (total / tokens).item()  # a CPU-GPU sync point, once per epoch
 
 
 # ============================================================================
@@ -1037,7 +1196,8 @@ def add_training_args(parser):
     parser.add_argument("--clip-norm", type=float, default=0.0, help="clip the gradient's norm (0: no clipping)")
     parser.add_argument("--precision", choices=("fp32", "bf16", "auto"),
                         help="bf16: matrix products in bfloat16 under autocast (weights and optimizer stay fp32); "
-                             "auto: bf16 on a CPU with native bf16 (AVX512-BF16 or AMX), else fp32")
+                             "auto: bf16 on a CUDA GPU that has it or a CPU with native bf16 (AVX512-BF16 or AMX), "
+                             "else fp32")
     parser.add_argument("--seed", type=int, default=0, help="initialisation, batch order, dropout, sampling")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     either = parser.add_mutually_exclusive_group()
@@ -1080,7 +1240,8 @@ def apply_preset(parser, args, preset_of):
             not all(0 <= p < 1 for p in (args.dropout, args.attention_dropout, args.activation_dropout)):
         parser.error("--lr must be positive, warm-up and weight decay not negative, dropouts within [0, 1)")
     if args.precision == "auto":  # decided here, so that the run's args say which it was
-        args.precision = "bf16" if device.type == "cpu" and cpu_has_native_bf16() else "fp32"
+        native = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_has_native_bf16()
+        args.precision = "bf16" if native else "fp32"
     try:
         label_smoothing_at(1, args.label_smoothing)
     except ValueError:
@@ -1149,13 +1310,18 @@ class Progress:
         self.last_print = self.start  # the first line waits for a rate worth an ETA
         self.lock = threading.Lock()  # steps may come from several threads
 
-    def step(self, n: int = 1, extra: str = ""):
+    def step(self, n: int = 1, extra: str | Callable[[], str] = ""):
+        """extra: more text for the line, or a function that gives it, called only when a line is printed (so
+        that reading the GPU's numbers, a sync point, happens only then)."""
         with self.lock:
             self.done += n
             now = time.time()
             if now - self.last_print >= self.every or self.done == self.total:
                 self.last_print = now
-                print(self.line(now, extra), file=sys.stderr, flush=True)
+                print(self.line(now, extra() if callable(extra) else extra), file=sys.stderr, flush=True)
+
+    def elapsed(self) -> float:
+        return max(time.time() - self.start, 1e-9)
 
     def line(self, now: float, extra: str = "") -> str:
         elapsed = max(now - self.start, 1e-9)

@@ -23,7 +23,6 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
 import common
 import spoc
@@ -250,55 +249,28 @@ def finetune(args):
 
 
 def freeze_and_compose(denoiser, denoiser_checkpoint, tokenizer, val_pairs, args) -> dict:
-    """Composed fine-tuning's loss and early-stopping criterion around the frozen denoiser Pi, as common.fit
-    takes them (loss_fn, validate)."""
+    """Composed fine-tuning's loss and early-stopping criterion around the frozen denoiser Pi, as common.fit takes
+    them (loss_fn, validate): Eq. 1 is common.composed_loss."""
     device = common.pick_device(args.device)
     denoiser.to(device).eval()  # eval: no dropout; Pi is a fixed function of its input
     denoiser.requires_grad_(False)
-    reinforce = args.estimator == "reinforce"  # the clamp is REINFORCE's: a straight-through gradient needs none
-    reward = common.denoiser_reward(denoiser, args.gamma if reinforce and args.clamp == "reward" else None)
-    sample_log_prob = {"reward": common.output_log_probs, "sample": clamped_sample_log_probs(args.gamma),
-                       "padded-sample": padded_sample_log_probs(args.gamma)}[args.clamp]
-    pi_loss = common.denoiser_loss(denoiser, args.batch_size, device)
     g = spoc.error_detector(denoiser_checkpoint)
-    if g and not reinforce:
+    if g and args.estimator != "reinforce":
         raise common.UsageError(f"--estimator {args.estimator}: SPoC's Pi passes what its error detector g accepts "
                                 "unchanged, which no gradient goes through; use --estimator reinforce")
-    if g:  # SPoC's Pi leaves what compiles as it is (Appendix E)
-        error_free = lambda outputs: g(tokenizer.decode(outputs))  # noqa: E731 (on token ids)
-        reward = spoc.reward_with_error_detector(reward, error_free, args.gamma)
-        pi_loss = spoc.denoiser_loss_with_error_detector(pi_loss, error_free, args.gamma)
+    # SPoC's Pi = (g, nu) leaves what compiles as it is (Appendix E): g reads the programs' text, on the host.
+    error_free = (lambda decoded: torch.tensor(g(tokenizer.decode(common.as_lists(decoded))), device=device)) \
+        if g else None
+    val_batches = common.device_batches(val_pairs, args.batch_size, device)
 
     def loss_fn(f, src, tgt_in, tgt_out, label_smoothing):
-        return common.composed_loss(f, reward, src, tgt_in, tgt_out, samples=args.samples,
-                                    baseline=args.reinforce_baseline, composed_weight=args.composed_weight,
-                                    lam=args.lam, label_smoothing=label_smoothing, sample_log_prob=sample_log_prob,
-                                    estimator=args.estimator, tau=args.tau)
+        return common.composed_loss(f, denoiser, src, tgt_in, tgt_out, samples=args.samples,
+                                    estimator=args.estimator, baseline=args.reinforce_baseline, clamp=args.clamp,
+                                    gamma=args.gamma, composed_weight=args.composed_weight, lam=args.lam,
+                                    tau=args.tau, label_smoothing=label_smoothing, error_free=error_free)
 
-    return dict(loss_fn=loss_fn, validate=lambda f: common.composed_validation_loss(
-        f, pi_loss, val_pairs, args.batch_size, device))
-
-
-# The released code's log p_theta(y'|x) in the REINFORCE term (--clamp sample, padded-sample); common.composed_loss
-# takes either in place of common.output_log_probs.
-
-def clamped_sample_log_probs(gamma: float = -50.0):
-    """--clamp sample: log p_theta(y'|x) clamped at gamma instead of the reward, which stops the gradient
-    of samples less likely than e^gamma."""
-    return lambda *args: common.output_log_probs(*args).clamp(min=gamma)
-
-
-def padded_sample_log_probs(gamma: float = -50.0):
-    """--clamp padded-sample, what the released code computes: log p_theta(y'|x) summed over every position
-    of the batch's samples padded to the longest, the padding after a sample's end scored as the padding
-    token (which f never learns to predict), then clamped at gamma. A sample shorter than the longest of its
-    batch is almost always clamped, and a clamped sample gets no gradient."""
-    def log_probs(model, memory, memory_mask, outputs, finished):
-        rows = [[common.BOS_ID] + ids + [common.EOS_ID] * done for ids, done in zip(outputs, finished)]
-        tgt = common.pad(rows).to(memory.device)
-        log_p = F.log_softmax(model.decode(tgt[:, :-1], memory, memory_mask).float(), dim=-1)  # nothing masked
-        return log_p.gather(-1, tgt[:, 1:, None]).squeeze(-1).sum(dim=1).clamp(min=gamma)
-    return log_probs
+    return dict(loss_fn=loss_fn, validate=lambda f: common.composed_validation_loss(f, denoiser, val_batches,
+                                                                                     error_free, args.gamma))
 
 
 def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict:

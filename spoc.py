@@ -2,9 +2,8 @@
 
     corrupt_one_line(code, rng)          the denoiser's noise: one edited line (train_denoiser.py --corruption line)
     read_cases(data_dir, split)          each program's hidden test cases, for judge.judge_spoc_programs
-    error_detector(checkpoint)           the denoiser's g (Appendix E): judge.compiles, or None (SansType)
-    reward_with_error_detector(...)      Eq. 1's reward log p_Pi(y | y') when Pi = (g, nu)
-    denoiser_loss_with_error_detector    composed's validation loss of Pi(f(x)) when Pi = (g, nu)
+    error_detector(checkpoint)           the denoiser's g (Appendix E): judge.compiles, or None (SansType);
+                                         common.composed_loss takes it as error_free, Pi = (g, nu)
 
 make_spoc.py writes the data these read (a data folder's dataset.json says "spoc").
 """
@@ -13,8 +12,6 @@ import json
 import os
 import re
 from collections.abc import Callable
-
-import torch
 
 import common
 import judge
@@ -95,27 +92,6 @@ def read_cases(data_dir: str, split: str) -> list[list[tuple[str, str]]]:
 def error_detector(checkpoint: dict) -> Callable | None:
     """The error detector g a denoiser's checkpoint names (train_denoiser.py --error-detector), or None."""
     return judge.compiles if checkpoint.get("error_detector") == "compile" else None
-
-
-def reward_with_error_detector(reward, error_free, gamma: float = -50.0):
-    """SPoC's Pi is a pair (g, nu) (Appendix E): p_Pi(y | y') = delta(y') where g(y') = 0, so a sample the
-    detector passes (error_free: token ids -> bool per row) earns 0 if it is y and gamma if not."""
-    def reward_g(sampled, gold):
-        denoised = reward(sampled, gold)
-        passed = torch.tensor(error_free(sampled), device=denoised.device)
-        copied = torch.tensor([y_ == y for y_, y in zip(sampled, gold)], device=denoised.device)
-        return torch.where(passed, torch.where(copied, 0.0, gamma), denoised)
-    return reward_g
-
-
-def denoiser_loss_with_error_detector(pi_loss, error_free, gamma: float = -50.0):
-    """pi_loss with SPoC's g: a prediction g passes costs 0 if it is y and -gamma if not."""
-    def pi_loss_g(predicted):
-        passed = error_free([prediction for prediction, _ in predicted])
-        flagged = [pair for pair, ok in zip(predicted, passed) if not ok]
-        wrong = sum(ok and prediction != y for (prediction, y), ok in zip(predicted, passed))
-        return (pi_loss(flagged) if flagged else 0.0) - gamma * wrong
-    return pi_loss_g
 
 
 if __name__ == "__main__":  # a module, not a stage: running it shows what it holds

@@ -5,8 +5,9 @@
      at the cpu preset's (2+2 layers, 4 heads, d=128, ffn 512, no attention/activation dropout);
      and ours under torch.compile(dynamic=True) at the paper's size (lengths vary from batch to batch in
      training, so a static graph would recompile; the two warm-up steps hold the compilation);
-  2. greedy decoding of 100 tokens at the paper's size with the key/value cache against re-running
-     the decoder over the whole prefix at every step (the outputs must be identical).
+  2. greedy decoding of 100 tokens at the paper's size (Transformer.generate: the key/value cache, fixed-shape
+     steps) against re-running the decoder over the whole prefix at every step (test_transformer.rerun_decoder;
+     the outputs must be identical).
 
     python tests/bench_transformer.py [--steps 10] [--threads 2]
 
@@ -29,6 +30,7 @@ warnings.filterwarnings("ignore", message="enable_nested_tensor")  # nn.Transfor
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
 import finetune  # noqa: E402
+from test_transformer import rerun_decoder  # noqa: E402
 
 VOCAB, BATCH, LENGTH = 600, 32, 100
 
@@ -96,10 +98,10 @@ def main():
     model = common.Transformer(config).eval()
     src = torch.randint(4, VOCAB, (BATCH, LENGTH))
     start = time.perf_counter()
-    cached = model.generate(src, max_len=LENGTH)
+    cached = common.as_lists(model.generate(src, max_len=LENGTH))
     cached_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    uncached = model.generate(src, max_len=LENGTH, use_cache=False)
+    uncached = rerun_decoder(model, src, max_len=LENGTH)
     uncached_seconds = time.perf_counter() - start
     lengths = sorted({len(seq) for seq in cached})
     print(f"greedy decoding, {LENGTH} steps (output lengths {lengths[0]}..{lengths[-1]}): "

@@ -6,8 +6,6 @@ import pytest
 import torch
 
 import common
-import finetune
-import spoc
 
 VOCAB = 6  # PAD UNK BOS EOS + two words
 MAX_LEN = 2
@@ -22,32 +20,43 @@ def tiny_model(seed):
 
 
 def every_output():
-    """All (ids, finished) a decoder limited to MAX_LEN tokens can produce: EOS after fewer
-    than MAX_LEN words, or MAX_LEN words and a cut."""
-    for n in range(MAX_LEN + 1):
-        for ids in itertools.product(CONTENT, repeat=n):
-            yield list(ids), n < MAX_LEN
+    """All outputs a decoder limited to MAX_LEN tokens can produce, as one decoded batch (as the sampler returns
+    them): EOS after fewer than MAX_LEN words, or MAX_LEN words and a cut."""
+    outputs = [list(ids) for n in range(MAX_LEN + 1) for ids in itertools.product(CONTENT, repeat=n)]
+    tokens = common.pad([ids + [common.EOS_ID] * (len(ids) < MAX_LEN) for ids in outputs])
+    return common.Decoded(tokens, torch.tensor([len(ids) for ids in outputs]))
 
 
-def without_unk(outputs):
+def log_p_theta(model, src, decoded):
+    """log p_theta(y'|x) of decoded outputs, f teacher-forced on them (with gradients)."""
+    chosen = torch.nn.functional.pad(decoded.tokens, (0, 1), value=common.PAD_ID)
+    memory, mask = model.encode(src.expand(len(chosen), -1))
+    return common.log_likelihood(model.decode(common.shift_right(common.with_eos(decoded)), memory, mask), chosen)
+
+
+def log_p_beta(denoiser, decoded, gold):
+    """log p_beta(y | y') for each decoded y': the denoiser teacher-forced on the gold program."""
+    tgt = common.pad([[common.BOS_ID] + gold + [common.EOS_ID]] * len(decoded.tokens))
+    return common.log_likelihood(denoiser.decode(tgt[:, :-1], *denoiser.encode(common.with_eos(decoded))), tgt[:, 1:])
+
+
+def without_unk(decoded):
     """A toy error detector g: an output holding UNK has an error."""
-    return [common.UNK_ID not in ids for ids in outputs]
+    return torch.tensor([common.UNK_ID not in ids for ids in common.as_lists(decoded)])
 
 
 def exact_gradient(model, denoiser, src, gold, gamma, error_free=None):
     """grad of sum over y' of p_theta(y'|x) * max(log p_Pi(y|y'), gamma), by enumeration; with an
     error detector g, log p_Pi(y|y') = log delta_y'(y) where g passes y' (Appendix E)."""
-    outputs, finished = zip(*every_output())
+    outputs = every_output()
     model.zero_grad()
-    log_p = common.output_log_probs(model, *model.encode(src.expand(len(outputs), -1)), outputs, finished)
+    log_p = log_p_theta(model, src, outputs)
     with torch.no_grad():
-        noisy = common.pad([ids + [common.EOS_ID] for ids in outputs])
-        reward = common.output_log_probs(denoiser, *denoiser.encode(noisy), [gold] * len(outputs),
-                                         [True] * len(outputs))
+        reward = log_p_beta(denoiser, outputs, gold)
     assert abs(log_p.exp().sum().item() - 1) < 1e-5  # the enumeration covers every output
     if error_free:
-        delta = torch.tensor([0.0 if list(ids) == gold else float("-inf") for ids in outputs])
-        reward = torch.where(torch.tensor(error_free(outputs)), delta, reward)
+        delta = torch.tensor([0.0 if ids == gold else float("-inf") for ids in common.as_lists(outputs)])
+        reward = torch.where(error_free(outputs), delta, reward)
     (log_p.exp() * reward.clamp(min=gamma)).sum().backward()
     return torch.cat([p.grad.flatten() for p in model.parameters()])
 
@@ -56,12 +65,10 @@ def estimated_gradient(model, denoiser, src, gold, gamma, baseline, batch=250, d
     """The estimator's mean gradient of the same quantity over batch * draws * 4 samples."""
     model.zero_grad()
     tgt = common.pad([[common.BOS_ID] + gold + [common.EOS_ID]] * batch)
-    reward = common.denoiser_reward(denoiser, gamma)
-    if error_free:
-        reward = spoc.reward_with_error_detector(reward, error_free, gamma)
     for _ in range(draws):
-        loss = common.composed_loss(model, reward, src.expand(batch, -1), tgt[:, :-1], tgt[:, 1:], samples=4,
-                                    baseline=baseline, composed_weight=1.0, lam=0.0, max_len=MAX_LEN)
+        loss = common.composed_loss(model, denoiser, src.expand(batch, -1), tgt[:, :-1], tgt[:, 1:], samples=4,
+                                    baseline=baseline, clamp="reward", gamma=gamma, composed_weight=1.0, lam=0.0,
+                                    error_free=error_free, max_len=MAX_LEN)
         loss.backward()
     n_tokens = batch * (len(gold) + 1)  # the loss is per gold token and minimised
     return -torch.cat([p.grad.flatten() for p in model.parameters()]) * n_tokens / batch / draws
@@ -110,7 +117,7 @@ def test_sampler_never_emits_padding_or_bos():
     with torch.no_grad():  # make PAD and BOS by far the likeliest outputs
         model.embed.weight[common.PAD_ID] *= 50
         model.embed.weight[common.BOS_ID] *= 50
-    outputs = model.generate(torch.tensor([[4, 5, common.EOS_ID]] * 64), max_len=5, sample=True)
+    outputs = common.as_lists(model.generate(torch.tensor([[4, 5, common.EOS_ID]] * 64), max_len=5, sample=True))
     assert all(common.PAD_ID not in ids and common.BOS_ID not in ids for ids in outputs)
     assert any(outputs)  # and it still says something
 
@@ -124,18 +131,23 @@ def test_the_released_estimator_scores_padding_and_clamps_the_shorter_samples():
         model.decoder_norm.bias.copy_(torch.eye(16)[0])  # so the logits are the embedding matrix's column 0
         model.embed.weight[:, 0] = 0.0
         model.embed.weight[common.PAD_ID, 0] = -30.0
-    outputs, finished = [[4, 5, 4, 5, 4, 5], [5, 4], [4, 4, 5, 5, 4, 4]], [True, True, False]
-    memory, mask = model.encode(torch.tensor([[4, 5, common.EOS_ID]] * 3))
-    plain = common.output_log_probs(model, memory, mask, outputs, finished)
-    padded = finetune.padded_sample_log_probs(gamma=-1e9)(model, memory, mask, outputs, finished)
+    # finished after 6 and 2 tokens; cut at max_len = 7
+    tokens = common.pad([[4, 5, 4, 5, 4, 5, common.EOS_ID], [5, 4, common.EOS_ID], [4, 4, 5, 5, 4, 4, 5]])
+    decoded = common.Decoded(tokens, torch.tensor([6, 2, 7]))
+    src = torch.tensor([[4, 5, common.EOS_ID]])
+    plain = log_p_theta(model, src, decoded)
+    memory, mask = model.encode(src.expand(3, -1))
+    f_logits = model.decode(common.shift_right(common.with_eos(decoded)), memory, mask)
+    chosen = torch.nn.functional.pad(tokens, (0, 1), value=common.PAD_ID)
+    padded = common.released_sample_log_probs(f_logits, chosen, decoded.lengths, max_len=7)
     assert padded[1] < plain[1] - 80 and padded[0] > plain[0] - 2  # the short one pays for its padding
     gamma = (padded[1] + padded[0]).item() / 2  # between the short sample's sum and the long one's
-    clamped = finetune.padded_sample_log_probs(gamma)(model, memory, mask, outputs, finished)
+    clamped = padded.clamp(min=gamma)
     rows = [torch.autograd.grad(clamped[i], model.embed.weight, retain_graph=True)[0].abs().sum() for i in range(3)]
     assert clamped[1] == gamma and rows[1] == 0 and rows[0] > 0
 
 
-# The straight-through estimators (common.relaxed_outputs): the denoiser reads f's outputs as one-hot rows.
+# The straight-through estimators (common.relaxed_rows): the denoiser reads f's outputs as one-hot rows.
 
 def test_the_denoiser_reads_one_hot_rows_as_it_reads_the_token_ids():
     denoiser = tiny_model(9).eval()
@@ -157,14 +169,13 @@ def test_straight_through_forward_value_is_the_denoisers_loss_on_the_samples(est
     """Forward, the rows are exactly the sampled outputs: the composed term is -log p_beta(y | y')."""
     model, denoiser = tiny_model(0), tiny_model(9).eval()
     src, tgt_in, tgt_out = composed_batch()
-    reward = common.denoiser_reward(denoiser, gamma=None)
     torch.manual_seed(5)
-    loss = common.composed_loss(model, reward, src, tgt_in, tgt_out, samples=2, baseline="none", composed_weight=1.0,
-                                lam=0.0, max_len=MAX_LEN, estimator=estimator, tau=0.5)
+    loss = common.composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=2, baseline="none",
+                                composed_weight=1.0, lam=0.0, max_len=MAX_LEN, estimator=estimator, tau=0.5)
     torch.manual_seed(5)
-    sampled, _ = common.sample_outputs(model, src, 2, MAX_LEN)
-    expected = -reward(sampled, [[5, 4]] * 32).sum() / 2 / int((tgt_out != common.PAD_ID).sum())
-    assert len({tuple(ids) for ids in sampled}) > 1  # several outputs
+    sampled = common.sample_outputs(model, src, 2, MAX_LEN)
+    expected = -log_p_beta(denoiser, sampled, [5, 4]).sum() / 2 / int((tgt_out != common.PAD_ID).sum())
+    assert len({tuple(ids) for ids in common.as_lists(sampled)}) > 1  # several outputs
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
@@ -175,11 +186,11 @@ def test_straight_through_gradient_reaches_f_only_through_the_denoisers_input(es
     model, denoiser = tiny_model(0), tiny_model(9).eval().requires_grad_(False)
     src, tgt_in, tgt_out = composed_batch()
     rows = []
-    relaxed_outputs = common.relaxed_outputs
-    monkeypatch.setattr(common, "relaxed_outputs", lambda *args: rows.append(relaxed_outputs(*args)) or rows[-1])
+    relaxed_rows = common.relaxed_rows
+    monkeypatch.setattr(common, "relaxed_rows", lambda *args: rows.append(relaxed_rows(*args)) or rows[-1])
     torch.manual_seed(5)
-    loss = common.composed_loss(model, common.denoiser_reward(denoiser, gamma=None), src, tgt_in, tgt_out, samples=1,
-                                baseline="none", composed_weight=1.0, lam=0.0, max_len=MAX_LEN, estimator=estimator)
+    loss = common.composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=1, baseline="none",
+                                composed_weight=1.0, lam=0.0, max_len=MAX_LEN, estimator=estimator)
     weights = list(model.parameters())
     through_input = torch.autograd.grad(loss, rows[0], retain_graph=True)[0]
     direct = torch.autograd.grad(loss, weights, retain_graph=True, allow_unused=True)
@@ -191,10 +202,9 @@ def test_straight_through_gradient_reaches_f_only_through_the_denoisers_input(es
 
 def expected_denoiser_loss(model, denoiser, src, gold):
     """-sum over y' of p_theta(y'|x) log p_beta(y|y'), by enumeration: the composed term's exact value."""
-    outputs, finished = zip(*every_output())
+    outputs = every_output()
     with torch.no_grad():
-        log_p = common.output_log_probs(model, *model.encode(src.expand(len(outputs), -1)), outputs, finished)
-        reward = common.denoiser_reward(denoiser, gamma=None)(list(outputs), [gold] * len(outputs))
+        log_p, reward = log_p_theta(model, src, outputs), log_p_beta(denoiser, outputs, gold)
     return -(log_p.exp() * reward).sum().item()
 
 
@@ -204,12 +214,11 @@ def test_straight_through_training_lowers_the_composed_loss_on_a_toy_problem(est
     with torch.no_grad():
         denoiser.embed.weight *= 2  # a confident denoiser, whose input matters
     src, tgt_in, tgt_out = composed_batch(64)
-    reward = common.denoiser_reward(denoiser, gamma=None)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     before = expected_denoiser_loss(model, denoiser, src[:1], [5, 4])
     torch.manual_seed(0)
     for _ in range(40):
-        loss = common.composed_loss(model, reward, src, tgt_in, tgt_out, samples=1, baseline="none",
+        loss = common.composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=1, baseline="none",
                                     composed_weight=1.0, lam=0.0, max_len=MAX_LEN, estimator=estimator)
         optimizer.zero_grad()
         loss.backward()

@@ -130,9 +130,7 @@ def snapshot(folder):
 
 
 def test_every_fault_is_one_line_exit_2_and_writes_nothing(work, capsys):
-    if torch.cuda.is_available():
-        pytest.skip("the device faults assume a machine without CUDA")
-    faults = fault_table(work)
+    faults = [fault for fault in fault_table(work) if "cuda:7" not in fault[1] or torch.cuda.device_count() < 8]
     assert len(faults) >= 30
     before = snapshot(work)
     for script, argv, word in faults:

@@ -348,6 +348,25 @@ def test_an_epoch_trains_the_same_whatever_the_number_of_epochs(data, tmp_path):
     assert first[0] == first[1]
 
 
+def test_a_resumed_run_ends_exactly_as_an_unbroken_one(data, denoiser, tmp_path):
+    """--resume restores every random state the run draws from (dropout, f's samples; the GPU's too where it trains):
+    2 epochs in one go and 1 + 1 resumed end with the same weights (on a GPU, up to its non-deterministic sums)."""
+    init = tmp_path / "standard" / "model.pt"
+    standard = script("finetune.py", "--method", "standard", "--preset", "smoke", "--data", data, "--denoiser",
+                      denoiser[0], "--out", init.parent, "--epochs", "1")
+    assert standard.returncode == 0, standard.stderr
+    flags = ["--method", "composed", "--preset", "smoke", "--data", data, "--denoiser", denoiser[0], "--init", init,
+             "--lr", "1e-3", "--lr-schedule", "constant"]  # (a linear decay would depend on --epochs)
+    for out, runs in (("whole", [["--epochs", "2"]]), ("broken", [["--epochs", "1"], ["--epochs", "2", "--resume"]])):
+        for more in runs:
+            result = script("finetune.py", *flags, "--out", tmp_path / out, *more)
+            assert result.returncode == 0, result.stderr
+    whole, broken = (common.load_checkpoint(str(tmp_path / out / "last.pt"))["model"] for out in ("whole", "broken"))
+    start = common.load_checkpoint(str(init))["model"]
+    assert any(not torch.equal(whole[name], start[name]) for name in whole)  # it trained
+    assert all(torch.allclose(whole[name], broken[name], rtol=0, atol=1e-6) for name in whole)
+
+
 def test_resume_without_a_last_checkpoint_says_so(data, tmp_path):
     result = script("finetune.py", "--method", "baseline", "--preset", "smoke", "--data", data, "--out", tmp_path,
                     "--epochs", "1", "--resume")

@@ -21,30 +21,109 @@ def test_padding_does_not_change_the_encoding():
     assert torch.allclose(memory, memory_padded[:, :7], atol=1e-5)
 
 
-def test_decoder_does_not_look_ahead_and_cache_matches_teacher_forcing():
+def test_decoder_does_not_look_ahead():
     model = tiny().eval()
     src, tgt = torch.randint(4, 20, (3, 6)), torch.randint(4, 20, (3, 9))
     memory, mask = model.encode(src)
-    full = model.decode(tgt, memory, mask)
     changed = tgt.clone()
     changed[:, 5:] = 4  # future tokens must not change earlier positions' logits
-    assert torch.allclose(full[:, :5], model.decode(changed, memory, mask)[:, :5], atol=1e-5)
-    cache = [{} for _ in model.decoder]
-    stepwise = torch.cat([model.decode(tgt[:, i:i + 1], memory, mask, cache, start=i) for i in range(9)], dim=1)
-    assert torch.allclose(full, stepwise, atol=1e-5)
+    assert torch.allclose(model.decode(tgt, memory, mask)[:, :5], model.decode(changed, memory, mask)[:, :5], atol=1e-5)
 
 
-def test_a_cache_with_rows_selected_mid_decode_matches_teacher_forcing():
-    model = tiny().eval()
-    src, tgt = torch.randint(4, 20, (4, 6)), torch.randint(4, 20, (4, 9))
-    memory, mask = model.encode(src)
-    rows = torch.tensor([2, 0, 3])  # finished rows leave the batch: row 1 dropped
-    full = model.decode(tgt[rows], memory[rows], mask[rows])
-    cache = [{} for _ in model.decoder]
-    before = torch.cat([model.decode(tgt[:, i:i + 1], memory, mask, cache, start=i) for i in range(5)], dim=1)
-    common.select_rows(cache, rows)  # after 5 of 9 positions: the buffers must grow again after it
-    after = [model.decode(tgt[rows, i:i + 1], memory[rows], mask[rows], cache, start=i) for i in range(5, 9)]
-    assert torch.allclose(full, torch.cat([before[rows], *after], dim=1), atol=1e-5)
+def rerun_decoder(model, src, max_len, sample=False):
+    """Decoding without a cache or fixed shapes: the decoder re-run over the whole prefix at every step, rows
+    dropped as they finish; one uniform draw per row and step, as Transformer.decode_step draws them. The slow
+    reference, as the decoder before the fixed-shape step decoded: token lists without EOS."""
+    memory, memory_mask = model.encode(src)
+    prefixes, outputs = torch.full((len(src), 1), BOS_ID), [None] * len(src)
+    going = list(range(len(src)))
+    for _ in range(max_len):
+        logits = model.decode(prefixes[going], memory[going], memory_mask[going])[:, -1].float()
+        logits[:, common.NEVER_GENERATED] = float("-inf")
+        uniform = torch.rand(len(src), 1)[going]
+        if sample:
+            cdf = torch.softmax(logits, dim=-1).cumsum(dim=-1)
+            chosen = torch.searchsorted(cdf, uniform * cdf[:, -1:]).squeeze(1).clamp(max=logits.shape[-1] - 1)
+        else:
+            chosen = logits.argmax(dim=-1)
+        prefixes = torch.cat([prefixes, torch.full((len(src), 1), PAD_ID)], dim=1)
+        prefixes[going, -1] = chosen
+        for row, token in zip(list(going), chosen.tolist()):
+            if token == EOS_ID:
+                outputs[row] = prefixes[row, 1:-1].tolist()
+                going.remove(row)
+        if not going:
+            break
+    for row in going:
+        outputs[row] = prefixes[row, 1:].tolist()
+    return outputs
+
+
+def likelier_eos(model):
+    """EOS's logit raised by ~2.5: rows finish at many different steps, a third never."""
+    with torch.no_grad():
+        model.decoder_norm.bias.copy_(2.5 * model.embed.weight[EOS_ID])
+    return model
+
+
+def test_decoding_equals_rerunning_the_decoder_over_the_prefix():
+    model = likelier_eos(tiny(vocab=30).eval())
+    src = torch.randint(4, 30, (64, 6))
+    greedy = common.as_lists(model.generate(src, max_len=20))
+    assert len(set(map(len, greedy))) > 2
+    assert greedy == rerun_decoder(model, src, max_len=20)
+    torch.manual_seed(0)
+    sampled = common.as_lists(model.generate(src, max_len=20, sample=True))
+    torch.manual_seed(0)
+    assert sampled == rerun_decoder(model, src, max_len=20, sample=True)
+
+
+def test_finished_rows_stay_finished_outputs_stop_at_eos_and_the_length_limit_holds():
+    model = likelier_eos(tiny(vocab=30).eval())
+    src = torch.randint(4, 30, (64, 6))
+    for sample in (False, True):
+        decoded = model.generate(src, max_len=12, sample=sample)
+        tokens, lengths = decoded.tokens, decoded.lengths
+        assert tokens.shape[1] <= 12 and (lengths <= 12).all()
+        assert 0 < (lengths == 12).sum() < 64  # some rows cut at the limit, most finished
+        for row, n in zip(tokens.tolist(), lengths.tolist()):
+            assert EOS_ID not in row[:n] and PAD_ID not in row[:n] and BOS_ID not in row[:n]
+            if n < 12:  # finished: EOS, then padding to the end
+                assert row[n] == EOS_ID and set(row[n + 1:]) <= {PAD_ID}
+        alone = [common.as_lists(model.generate(row[None], max_len=12))[0] for row in src[:16]]
+        assert sample or alone == common.as_lists(decoded)[:16]  # other rows never change a row
+
+
+def test_sampled_outputs_follow_their_teacher_forced_probability():
+    """Whole outputs of at most 2 tokens (13 of them), drawn 40000 times: each output's share equals its probability
+    p(y'|x) as f teacher-forced on it gives it (log_likelihood, the REINFORCE term's log p_theta(y'|x))."""
+    torch.manual_seed(0)
+    model = likelier_eos(tiny(vocab=6, d_model=16, d_ff=32).eval())
+    src = torch.tensor([[4, 5, EOS_ID]])
+    decoded = model.generate(src.expand(40000, -1), max_len=2, sample=True)
+    outputs, counts = torch.unique(torch.nn.functional.pad(decoded.tokens, (0, 2 - decoded.tokens.shape[1])), dim=0,
+                                   return_counts=True)
+    eos = outputs == EOS_ID
+    y_prime = common.Decoded(outputs, torch.where(eos.any(dim=1), eos.int().argmax(dim=1), 2))
+    chosen = torch.nn.functional.pad(outputs, (0, 1), value=PAD_ID)  # y', and EOS where it was chosen
+    memory, mask = model.encode(src.expand(len(outputs), -1))
+    with torch.no_grad():
+        p = common.log_likelihood(model.decode(common.shift_right(common.with_eos(y_prime)), memory, mask),
+                                  chosen).exp()
+    assert len(outputs) >= 10 and abs(p.sum() - 1) < 0.02  # nearly every possible output was drawn
+    assert 0.5 * (counts / 40000 - p).abs().sum() < 0.02  # total variation distance
+
+
+def test_the_decoding_step_never_waits_for_the_device():
+    """decode_step as CUDA captures it: on the meta device, which holds no values, any host synchronisation (.item(),
+    a Python bool of a tensor, a shape that depends on values) or a tensor made on the host fails."""
+    model = tiny(vocab=30).eval().to("meta")
+    src = torch.randint(4, 30, (8, 6), device="meta")
+    for sample in (False, True):
+        state = model.start_decoding(*model.encode(src), max_len=10, sample=sample)
+        for _ in range(3):
+            model.decode_step(state)
+        assert state.tokens.shape == (8, 11) and state.caches[0]["self"]["k"].shape == (8, 10, 32)
 
 
 def test_layers_normalise_before_each_sublayer():
@@ -59,27 +138,6 @@ def test_layers_normalise_before_each_sublayer():
     assert torch.allclose(layer(x, None), x + 1.0)
 
 
-def test_cached_greedy_decoding_equals_uncached():
-    model = tiny(vocab=50).eval()
-    src = torch.randint(4, 50, (4, 10))
-    assert model.generate(src, max_len=30) == model.generate(src, max_len=30, use_cache=False)
-
-
-def test_finished_rows_leave_the_batch_without_changing_the_others():
-    model = tiny(vocab=30).eval()
-    with torch.no_grad():
-        # a likelier EOS (its logit + ~2.5): rows finish at many different steps, a third never
-        model.decoder_norm.bias.copy_(2.5 * model.embed.weight[EOS_ID])
-    src = torch.randint(4, 30, (64, 6))
-    together = model.generate(src, max_len=20)
-    assert len(set(map(len, together))) > 2
-    assert together == [model.generate(row[None], max_len=20)[0] for row in src]
-    torch.manual_seed(0)
-    cached = model.generate(src, max_len=20, sample=True)
-    torch.manual_seed(0)
-    assert cached == model.generate(src, max_len=20, sample=True, use_cache=False)
-
-
 def test_sampling_follows_the_model_distribution():
     model = tiny().eval()
     src = torch.randint(4, 20, (1, 6)).repeat(4000, 1)
@@ -88,13 +146,13 @@ def test_sampling_follows_the_model_distribution():
     logits[common.NEVER_GENERATED] = float("-inf")  # padding and BOS are never sampled
     probs = torch.softmax(logits, dim=-1)
     torch.manual_seed(1)
-    first = [seq[0] if seq else EOS_ID for seq in model.generate(src, max_len=1, sample=True)]
+    first = model.generate(src, max_len=1, sample=True).tokens[:, 0].tolist()
     empirical = torch.bincount(torch.tensor(first), minlength=20).float() / len(first)
     assert 0.5 * (empirical - probs).abs().sum() < 0.05  # total variation distance
 
 
 def test_learns_to_reverse_sequences():
-    """A falling loss, then greedy decoding that reverses unseen sequences."""
+    """A falling loss, then greedy decoding that reverses unseen sequences, exactly as the slow reference decodes."""
     torch.manual_seed(0)
     model = tiny(vocab=14, d_model=64, d_ff=128)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -115,8 +173,10 @@ def test_learns_to_reverse_sequences():
     assert sum(losses[-20:]) / 20 < 0.5 * sum(losses[:20]) / 20
     model.eval()
     src, _ = batch(100)
-    exact = sum(p == s.flip(0).tolist() for p, s in zip(model.generate(src, max_len=10), src))
+    greedy = common.as_lists(model.generate(src, max_len=10))
+    exact = sum(p == s.flip(0).tolist() for p, s in zip(greedy, src))
     assert exact >= 90, exact
+    assert greedy == rerun_decoder(model, src, max_len=10)
 
 
 def test_sequence_loss_ignores_padding():
