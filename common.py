@@ -99,14 +99,16 @@ def read_lines(path: str) -> list[str]:
 
 def read_tokenizer_bytes(data_dir: str) -> bytes:
     """The bytes of a data folder's spm.model, checked to be a sentencepiece model."""
+    check_data_folder(data_dir)
     path = os.path.join(data_dir, "spm.model")
     if not os.path.isfile(path):
         raise UsageError(f"missing {path}: make the data with make_sanstype.py or make_spoc.py")
     with open(path, "rb") as f:
         model = f.read()
     try:
-        if load_tokenizer(model).get_piece_size() == 0:  # an empty file parses as an empty model
+        if not model:  # parses as an empty model, about which sentencepiece then logs three lines at every use
             raise RuntimeError
+        load_tokenizer(model)
     except RuntimeError:  # sentencepiece's parse errors name neither the file nor a way on
         raise UsageError(f"{path} is not a sentencepiece model: make the data again with make_sanstype.py or "
                          "make_spoc.py") from None
@@ -123,9 +125,26 @@ def write_manifest(data_dir: str, dataset: str, **facts):
         json.dump({"dataset": dataset, **facts}, f, indent=1)
 
 
+def check_data_folder(data_dir: str):
+    """--data names a folder: a file of it (data/sanstype/train.src) is a likely slip, said as such."""
+    if os.path.isfile(data_dir):
+        raise UsageError(f"--data {data_dir} is a file: name the data folder that holds it "
+                         f"({os.path.dirname(data_dir) or '.'})")
+
+
+def claim_data_folder(out: str, overwrite: bool, holds: str = "dataset.json"):
+    """Make sure a script that writes a data folder may write to `out`, before any work and creating nothing: refuse
+    one that cannot be written, or one that holds data (its `holds` file) unless told to --overwrite it: the runs
+    trained on that data would no longer match it."""
+    check_writable(out)
+    if os.path.exists(os.path.join(out, holds)) and not overwrite:
+        raise UsageError(f"{out} holds data ({holds}): --overwrite replaces it, --out names another folder")
+
+
 def read_manifest(data_dir: str) -> dict:
     """A data folder's dataset.json: the dataset it holds ("sanstype" or "spoc") and what made it (for SansType,
     authors_splits: the splits taken from the authors' release)."""
+    check_data_folder(data_dir)
     path = os.path.join(data_dir, "dataset.json")
     if not os.path.isfile(path):
         raise UsageError(f"missing {path}: make the data with make_sanstype.py or make_spoc.py")
@@ -846,7 +865,14 @@ def load_checkpoint(path: str, needs=("config", "model", "spm")) -> dict:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # pickle, zip or torch errors: whatever it is, it is not ours
         raise UsageError(f"{path} is not a checkpoint ({type(error).__name__})") from None
-    if not isinstance(checkpoint, dict) or any(key not in checkpoint for key in needs):
+    if not isinstance(checkpoint, dict):
+        raise UsageError(f"{path} is not a checkpoint of this project")
+    if any(key not in checkpoint for key in needs):
+        code, fonts = "the code experiments (train_denoiser.py, finetune.py)", "fonts.py"
+        if "kind" in checkpoint and "kind" not in needs:  # one of ours, of the other experiment
+            raise UsageError(f"{path} is a {checkpoint['kind']} checkpoint of {fonts}, not of {code}")
+        if "role" in checkpoint and "kind" in needs:
+            raise UsageError(f"{path} is a {checkpoint['role']} checkpoint of {code}, not of {fonts}")
         raise UsageError(f"{path} is not a checkpoint of this project (it lacks {', '.join(needs)})")
     return checkpoint
 
@@ -1171,8 +1197,7 @@ def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, tr
 # ============================================================================
 
 def add_training_args(parser):
-    """Flags shared by the training scripts. Those left at None take the value of the script's
-    preset (apply_preset), so a flag given on the command line always wins."""
+    """Flags shared by the training scripts; parse_training_args sets their defaults to the preset's values."""
     parser.add_argument("--preset", choices=("cpu", "paper", "smoke"), default="cpu",
                         help="cpu (default): minutes on 2 cores; paper: the paper's sizes, for a GPU; smoke: tests")
     for flag, kind, text in [
@@ -1206,33 +1231,33 @@ def add_training_args(parser):
                         "removing its checkpoints and evaluations")
 
 
-def show_preset_in_help(parser, argv, preset_of):
-    """For --help: show as each flag's default the value of the preset that --data, --preset (and --method) in
-    argv choose, preset_of(dataset, those flags); or, without readable data, say how to see them."""
-    if not {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
-        return
+def parse_training_args(parser, argv, preset_of, run_folder):
+    """The one place a training run's settings are resolved: every flag's default is the value the run will use,
+    the preset's for the dataset --data names (preset_of(dataset, the flags --data, --preset, --method, --out)) or,
+    with --resume, the run's own (run_folder(those flags)/last.pt); a flag given on the command line wins and changes
+    only itself (check_resume_settings says which may change). --help shows exactly these values. Then bad numbers
+    are refused, one line and exit 2."""
     first = argparse.ArgumentParser(add_help=False)
-    for name in ("data", "preset", "method"):
+    for name in ("data", "preset", "method", "out"):
         first.add_argument(f"--{name}", default=parser.get_default(name))
+    first.add_argument("--resume", action="store_true")
     known = first.parse_known_args(argv)[0]
     try:
         parser.set_defaults(**preset_of(read_dataset(known.data), known))
         parser.epilog = f"Defaults: the {known.preset} preset's for {known.data}; a flag given wins."
-    except (UsageError, KeyError):
-        needs = "--data and --method" if getattr(known, "method", "") is None else "--data"
-        parser.epilog = f"Flags shown without a default take the preset's value: --help with {needs} shows it."
-
-
-def apply_preset(parser, args, preset_of):
-    """Set every flag left unset (None) to its value in preset_of(dataset), the script's preset for the dataset
-    --data's manifest names (a dict by flag name), then refuse bad numbers (one line, exit 2)."""
+        last = os.path.join(run_folder(known), "last.pt")
+        if known.resume and os.path.isfile(last):
+            ran_with = load_checkpoint(last, needs=("args",))["args"]
+            parser.set_defaults(**{name: value for name, value in ran_with.items() if name not in ("resume", "overwrite")})
+            parser.epilog = f"Defaults: the settings {last} ran with; a flag given wins."
+    except (UsageError, KeyError):  # no readable data, or no such method: the parse below or the checks say so
+        parser.epilog = "Flags shown without a default take the preset's value: --help with --data (and --method) " \
+                        "shows it."
+    args = parser.parse_args(argv)
     try:
         args.dataset, device = read_dataset(args.data), pick_device(args.device)
     except UsageError as error:
         parser.error(str(error))
-    for name, value in preset_of(args.dataset).items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, value)
     for name in ("epochs", "batch_size", "patience", "d_model", "n_heads", "layers", "d_ff"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")

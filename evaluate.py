@@ -8,7 +8,7 @@ gold output on the test's input (accuracy).
     python evaluate.py --table runs/*/                                           # our numbers beside the paper's
     python evaluate.py --predictions preds.txt --data data/sanstype --split test [--json summary.json]
     python evaluate.py --predictions data/spoc/testw.tgt --data data/spoc --split testw   # SPoC (make_spoc.py)
-    python evaluate.py --predictions data/spoc/testw.tgt --data data/spoc --split testw \
+    python evaluate.py --predictions data/spoc/testw.tgt --data data/spoc --split testw \\
         --denoiser runs/spoc/denoiser/model.pt    # Pi(gold): how many correct programs Pi keeps correct
     python evaluate.py runs/standard/model.pt --data data/spoc --splits testw,testp      # a model trained on it
 
@@ -162,7 +162,8 @@ def evaluate_model(args):
     method = checkpoint.get("method", "?")
     if method == "composed" and checkpoint.get("init_method") not in (None, "standard"):
         method += "+" + checkpoint["init_method"]
-    layers = model.config.encoder_layers + model.config.decoder_layers
+    layers = f"{model.config.encoder_layers}+{model.config.decoder_layers}"  # a run's --layers is each side's
+    authors_splits = common.read_manifest(args.data).get("authors_splits", [])  # make_sanstype.py --released
     folder = os.path.dirname(args.model)
     common.check_writable(folder, "the model's folder")  # its evaluations go beside it
     print(TABLE_HEADER)
@@ -181,7 +182,8 @@ def evaluate_model(args):
         write_jsonl(os.path.join(folder, name + ".jsonl"), rows)
         summary = dict(summarize(verdicts), method=method, layers=layers, deep=checkpoint.get("deep", False),
                        preset=checkpoint["args"].get("preset"), corruption=corruption, denoised=bool(denoiser),
-                       split=split, model=args.model, denoiser=args.denoiser or ("(its own)" if denoiser else None))
+                       split=split, authors_split=split in authors_splits, model=args.model,
+                       denoiser=args.denoiser or ("(its own)" if denoiser else None))
         with open(os.path.join(folder, name + ".json"), "w") as f:
             json.dump(summary, f, indent=1)
         print(table_row(summary, None))
@@ -204,9 +206,9 @@ def table_row(s: dict, standard: dict | None) -> str:
     ours = relative(100 * s["accuracy"], standard and 100 * standard["accuracy"])
     method = s["method"]
     run = s.get("run") or os.path.basename(os.path.dirname(s["model"]))  # the folder it was found in, if any
-    return (f"{run:<25} {method:<25} {s.get('preset') or '?':<6} {s['corruption'] or '-':<6} {s['layers']:>6} "
-            f"{'Y' if s['denoised'] else 'N':>4} {s['split']:<5} {s['n']:>5} {100 * s['compiled']:8.1f} "
-            f"{100 * s['accuracy']:8.1f} {show(ours):>8}   "
+    return (f"{run:<25} {method:<25} {s.get('preset') or '?':<6} {s['corruption'] or '-':<6} {str(s['layers']):>6} "
+            f"{'Y' if s['denoised'] else 'N':>4} {s['split'] + '*' * s.get('authors_split', False):<5} {s['n']:>5} "
+            f"{100 * s['compiled']:8.1f} {100 * s['accuracy']:8.1f} {show(ours):>8}   "
             f"{show(paper[0])} {show(paper[1])} {show(relative(paper[1], paper_standard[1])):>8}")
 
 
@@ -214,7 +216,8 @@ TABLE_HEADER = (f"{'run':<25} {'method':<25} {'preset':<6} {'Pi':<6} {'layers':>
                 f"{'n':>5} {'compiled':>8} {'accuracy':>8} {'relative':>8}   paper: compiled accuracy relative\n"
                 "(Pi: the noise the denoiser learned to undo; Pi?: Y where the outputs are Pi(f(x)); n: programs "
                 "judged; compiled, accuracy: % of them; relative: accuracy relative to standard fine-tuning's on "
-                "the split, in %, as the paper's Table 2)")
+                "the split, in %, as the paper's Table 2; layers: encoder+decoder, --layers each (the paper counts "
+                "both: its 6 layers are 3+3); split*: the authors' own programs, make_sanstype.py --released)")
 METHOD_ORDER = ("baseline", "standard", "composed", "bart", "composed+bart", "backtranslation",
                 "composed+backtranslation")
 
@@ -243,7 +246,7 @@ def print_table(args):
             standard.setdefault(s["split"], s)
     print(TABLE_HEADER)
     rank = lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)  # noqa: E731
-    order = lambda s: (s["split"] != "test", s["split"], s["corruption"] == "random", rank(s["method"]), s["layers"],  # noqa: E731
+    order = lambda s: (s["split"] != "test", s["split"], s["corruption"] == "random", rank(s["method"]), str(s["layers"]),  # noqa: E731
                        s["denoised"], s["model"])
     for s in sorted(summaries, key=order):
         print(table_row(s, standard.get(s["split"])))

@@ -9,7 +9,7 @@
     python finetune.py --method composed --init runs/bart/model.pt --out runs/composed_bart
     python finetune.py --method standard --layers 4 --denoiser runs/denoiser_deep/model.pt --out runs/standard_deep
     python finetune.py --method baseline --resume   # continue after an interrupt
-    python finetune.py --method standard --data data/spoc --denoiser runs/spoc/denoiser/model.pt \
+    python finetune.py --method standard --data data/spoc --denoiser runs/spoc/denoiser/model.pt \\
         --out runs/spoc/standard                   # SPoC (make_spoc.py): its own presets (Appendix E)
 
 Every run builds its model from its PRESETS entry (and flags) below. baseline and backtranslation start
@@ -144,25 +144,18 @@ def parse_args(argv=None):
     parser.add_argument("--synthetic-programs", type=int,
                         help="backtranslation: unlabeled programs to write pseudocode for (0: all)")
     common.add_training_args(parser)
-    common.show_preset_in_help(parser, argv, lambda dataset, known: PRESETS[dataset, known.preset][known.method])
-    args = parser.parse_args(argv)
+    args = common.parse_training_args(parser, argv, lambda dataset, known: run_defaults(dataset, known),
+                                      lambda known: known.out or os.path.join("runs", known.method or ""))
     for name in sorted(set(sum(METHOD_FLAGS.values(), ())) - set(METHOD_FLAGS[args.method])):
         if getattr(args, name) is not None:
             parser.error(f"--{name.replace('_', '-')} does not apply to --method {args.method}")
-    # Flags of one estimator only, given on the command line (the preset sets them all).
+    # Flags of one estimator only, where given on the command line (their defaults are the preset's)
     estimator_flags = {"reinforce_baseline": "reinforce", "clamp": "reinforce", "gamma": "reinforce", "tau": "gumbel"}
-    given = [name for name in estimator_flags if getattr(args, name) is not None]
-    common.apply_preset(parser, args, lambda dataset: PRESETS[dataset, args.preset][args.method])
-    for name in given:
-        if args.method == "composed" and estimator_flags[name] != args.estimator:
-            parser.error(f"--{name.replace('_', '-')} applies to --estimator {estimator_flags[name]} only")
+    for name, estimator in estimator_flags.items():
+        if args.method == "composed" and getattr(args, name) != parser.get_default(name) and estimator != args.estimator:
+            parser.error(f"--{name.replace('_', '-')} applies to --estimator {estimator} only")
     if args.method == "composed" and args.tau <= 0:
         parser.error("--tau must be positive")
-    args.out = args.out or os.path.join("runs", args.method)
-    if args.method in ("standard", "bart", "composed"):
-        args.denoiser = args.denoiser or "runs/denoiser/model.pt"
-    if args.method == "composed":
-        args.init = args.init or "runs/standard/model.pt"
     if args.method == "bart" and not 0 <= args.frozen_epochs < args.epochs:
         parser.error(f"bart: --frozen-epochs ({args.frozen_epochs}) must be below --epochs ({args.epochs})")
     if any(value is not None and value < 1 for value in (args.samples, args.labeled)):
@@ -172,6 +165,17 @@ def parse_args(argv=None):
     if args.method == "backtranslation" and args.synthetic_programs < 0:
         parser.error("--synthetic-programs must not be negative (0: all)")
     return args
+
+
+def run_defaults(dataset: str, known) -> dict:
+    """What a run of --method with --preset trains with unless a flag says otherwise: its PRESETS entry, and where it
+    reads and writes (runs/<method>; Pi from runs/denoiser, composed's f from runs/standard)."""
+    paths = {"out": os.path.join("runs", known.method)}
+    if known.method in ("standard", "bart", "composed"):
+        paths["denoiser"] = "runs/denoiser/model.pt"
+    if known.method == "composed":
+        paths["init"] = "runs/standard/model.pt"
+    return {**PRESETS[dataset, known.preset][known.method], **paths}
 
 
 def main(argv=None):

@@ -11,7 +11,7 @@ frozen Pi, so the MLP may stay simple (blurry, gray) and Pi draws the clean stro
     python fonts.py evaluate                    # test MSE table + runs/fonts/samples.png (like Figure 5)
     python fonts.py evaluate runs/fonts/sweep/*.pt --plot labeled.png      # Figure 6: MSE against the sweep
 
-Every training subcommand takes --preset cpu (default, ~45 min for the whole chain on 2 cores), paper
+Every training subcommand takes --preset cpu (default, about 43 minutes for the whole chain on 2 cores), paper
 (the paper's hyperparameters, for a GPU) or smoke (for the tests); explicit flags override the preset.
 """
 import glob
@@ -128,6 +128,9 @@ class DuplicateFilter:
 
 def cmd_render(args):
     common.check_output_file(args.out)
+    if os.path.exists(args.out) and not args.overwrite:
+        raise common.UsageError(f"{args.out} holds rendered fonts: --overwrite replaces them (the runs trained on them "
+                                "will no longer match), --out names another file")
     dirs = ([] if args.no_system_fonts else FONT_DIRS) + args.font_dir
     paths = find_font_files(dirs)
     if not paths:
@@ -409,12 +412,11 @@ def train_predictor(args, n_fonts, data, pi, l2, device):
 def cmd_train(args):
     claim_output_file(args.out, args.overwrite)
     device = common.pick_device(args.device)
+    pi, pi_ckpt = None, load_fonts_checkpoint(args.denoiser, "denoiser") if args.method == "composed" else None
     glyphs, names = load_glyphs(args.data)
     split = make_split(len(glyphs), **split_args(args))
     data = {part: tuple(t.to(device) for t in labeled_examples(glyphs, split, part)) for part in ("train", "val")}
-    pi, pi_ckpt = None, None
-    if args.method == "composed":
-        pi_ckpt = load_fonts_checkpoint(args.denoiser, "denoiser")
+    if pi_ckpt:
         seen = unseen_images_seen(make_split(len(glyphs), **pi_ckpt["split"], verbose=False),
                                   pi_ckpt["unlabeled_fonts"], split)
         if seen:
@@ -536,8 +538,8 @@ def cmd_evaluate(args):
     if not paths:
         raise common.UsageError(f"no predictor checkpoint in {args.runs}: run `python fonts.py train` first")
     test_pi = None
-    if args.denoiser is None and os.path.exists(DEFAULT_DENOISER):  # the default where it exists;
-        args.denoiser = DEFAULT_DENOISER                            # one given by name must exist
+    if args.denoiser is None and os.path.exists(os.path.join(args.runs, "denoiser.pt")):  # --runs' where it exists;
+        args.denoiser = os.path.join(args.runs, "denoiser.pt")                          # one named must exist
     if args.denoiser not in (None, "none"):
         ckpt = load_fonts_checkpoint(args.denoiser, "denoiser")
         test_pi = (ckpt, build_denoiser(ckpt))
@@ -549,7 +551,7 @@ def cmd_evaluate(args):
     if args.plot:
         plot_sweep(rows, args.plot)
     if samples:
-        save_samples(glyphs, names, direct, composed, args.png or "runs/fonts/samples.png")
+        save_samples(glyphs, names, direct, composed, args.png or os.path.join(args.runs, "samples.png"))
 
 
 # === Pictures: Figure 6's sweeps as line plots, Figure 5's glyph grid (Pillow only) ===
@@ -655,15 +657,23 @@ def save_samples(glyphs, names, direct_path, composed_path, png):
 def main(argv=None):
     parser = common.ArgumentParser(prog="fonts.py", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("render", description=__doc__, help="render 0-9A-Za-z of every usable font file")
+    def subcommand(name, text, example):
+        return sub.add_parser(name, help=text, description=f"{text}.\n\n    {example}\n\n(python fonts.py --help: "
+                              "the whole pipeline.)")
+    p = subcommand("render", "render 0-9A-Za-z of every usable font file",
+                   "python fonts.py render [--font-dir DIR]   # -> data/fonts/glyphs.npz")
     p.add_argument("--font-dir", action="append", default=[], help="extra folder of .ttf/.otf/.ttc (repeatable)")
     p.add_argument("--no-system-fonts", action="store_true", help="only look in --font-dir")
     p.add_argument("--render-size", type=int, default=64, help="font size in pixels before downscaling")
     p.add_argument("--duplicate-mse", type=float, default=0.003, help="closer than this to a kept font = duplicate")
     p.add_argument("--out", default="data/fonts/glyphs.npz", help="the glyph array to write")
-    denoiser = sub.add_parser("denoiser", description=__doc__, help="pre-train the U-Net denoiser on unlabeled fonts")
-    train = sub.add_parser("train", description=__doc__, help="train a direct or a composed predictor")
-    evaluate = sub.add_parser("evaluate", description=__doc__, help="test MSE table and a sample grid like Figure 5")
+    p.add_argument("--overwrite", action="store_true", help="replace the glyph array --out names, if one is there")
+    denoiser = subcommand("denoiser", "pre-train the U-Net denoiser on unlabeled fonts",
+                          "python fonts.py denoiser [--corruption blur|emboss|contrast]   # -> runs/fonts/denoiser.pt")
+    train = subcommand("train", "train a direct or a composed predictor",
+                       "python fonts.py train --method direct|composed   # -> runs/fonts/<method>.pt")
+    evaluate = subcommand("evaluate", "test MSE table and a sample grid like Figure 5",
+                          "python fonts.py evaluate [--runs runs/fonts]   # the table + samples.png in --runs")
     for p in (denoiser, train, evaluate):
         p.add_argument("--data", default="data/fonts/glyphs.npz", help="what fonts.py render wrote")
     for p in (denoiser, train):
@@ -701,9 +711,9 @@ def main(argv=None):
     evaluate.add_argument("checkpoints", nargs="*", help="predictor checkpoints (default: all in --runs)")
     evaluate.add_argument("--runs", help="folder of the checkpoints (default: runs/fonts)")
     evaluate.add_argument("--png", help="Figure 5's grid of --runs' direct and composed.pt "
-                          "(default: runs/fonts/samples.png)")
-    evaluate.add_argument("--denoiser", help=f"Pi applied after training to direct predictors' outputs (default: "
-                          f"{DEFAULT_DENOISER} if it exists; 'none': skip)")
+                          "(default: samples.png in --runs)")
+    evaluate.add_argument("--denoiser", help="Pi applied after training to direct predictors' outputs (default: "
+                          "denoiser.pt in --runs if it exists; 'none': skip)")
     evaluate.add_argument("--plot", help="draw test MSE against the sweep's variable (Figure 6) into this PNG")
 
     args = parser.parse_args(argv)

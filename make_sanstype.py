@@ -3,6 +3,7 @@
     python make_sanstype.py                     # data/sanstype: 1000 labeled, 20000 unlabeled, 500 per eval split
     python make_sanstype.py --out /tmp/tiny --labeled 30 --unlabeled 100 --num-eval 20 --vocab-size 200
     python make_sanstype.py --judge-unlabeled   # also prove all 20000 unlabeled programs compile (+5 min)
+    python make_sanstype.py --released tests/fixtures/released --out data/released   # the authors' train and val
     python make_sanstype.py --describe data/sanstype/train tests/fixtures/released/train   # compare statistics
 
 A program (random_program) is built in three phases, as the authors' released generator builds it:
@@ -28,11 +29,15 @@ Writes, one program per line and the same line number across a split's files:
     spm.model                  sentencepiece BPE, one vocabulary for train pseudocode + all training code
 train, val and test use the in-distribution pseudocode templates; ood the OOD templates below, with the same
 programs' distribution. The same --seed gives the same bytes; each split has its own random stream, so
-changing the size of one split does not change the others.
+changing the size of one split does not change the others. --released DIR takes the splits whose files DIR
+holds (the authors' release, https://worksheets.codalab.org/worksheets/0x9187b7eee9d2453389bb63dfb45c4a89, has
+train and val; tests/fixtures/released/ is a copy) byte for byte instead of generating them, and the unlabeled
+programs then avoid every program they hold; dataset.json names the splits that are the authors'.
 """
 import os
 import random
 import re
+import shutil
 import sys
 
 import common
@@ -201,11 +206,41 @@ def random_program(rng, templates):
     return src, tgt, "\t".join(stdin)
 
 
-def make_split(name, size, seed, templates):
-    """`size` programs as three parallel lists (src, tgt, inp), from a random stream of their own."""
+def make_split(name, size, seed, templates, avoid=frozenset()):
+    """`size` programs as three parallel lists (src, tgt, inp), from a random stream of their own; none whose code
+    is in `avoid` (drawn again)."""
     rng = random.Random(f"sanstype-{seed}-{name}")  # str seeds are hashed with sha512: stable across runs
-    programs = [random_program(rng, templates) for _ in range(size)]
+    programs = []
+    while len(programs) < size:
+        program = random_program(rng, templates)
+        if program[1] not in avoid:
+            programs.append(program)
     return [list(column) for column in zip(*programs)]
+
+
+SPLITS, FILES = ("train", "val", "test", "ood"), ("src", "tgt", "inp", "out")
+
+
+def read_released(folder: str) -> dict:
+    """The splits whose files `folder` holds (the authors' release: {train,val,test,ood}.{src,tgt,inp,out}), as
+    {split: {extension: lines}}. A split found must have all four files, with one line per program in each."""
+    if not os.path.isdir(folder):
+        raise common.UsageError(f"--released {folder} is not a folder")
+    found = {}
+    for split in SPLITS:
+        present = [ext for ext in FILES if os.path.isfile(os.path.join(folder, f"{split}.{ext}"))]
+        if present and len(present) < len(FILES):
+            missing = next(ext for ext in FILES if ext not in present)
+            raise common.UsageError(f"--released {folder}: {split}.{present[0]} without {split}.{missing}")
+        if present:
+            found[split] = {ext: common.read_lines(os.path.join(folder, f"{split}.{ext}")) for ext in FILES}
+            counts = {ext: len(lines) for ext, lines in found[split].items()}
+            if len(set(counts.values())) > 1 or not counts["src"]:
+                raise common.UsageError(f"--released {folder}: {split}'s files disagree on its programs (" +
+                                        ", ".join(f"{n} lines in .{ext}" for ext, n in counts.items()) + ")")
+    if not found:
+        raise common.UsageError(f"--released {folder} holds no split files ({', '.join(s + '.src' for s in SPLITS)})")
+    return found
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -316,9 +351,13 @@ def run_gold_programs(splits, names):
 def parse_args(argv):
     parser = common.ArgumentParser(prog="make_sanstype.py", description=__doc__)
     parser.add_argument("--out", default="data/sanstype", help="output directory")
-    parser.add_argument("--labeled", type=int, default=1000, help="pseudocode-code pairs in train")
+    parser.add_argument("--overwrite", action="store_true", help="replace the data --out holds (runs trained on it "
+                        "will no longer match it)")
+    parser.add_argument("--labeled", type=int, help="pseudocode-code pairs in train (default: 1000)")
     parser.add_argument("--unlabeled", type=int, default=20000, help="code-only programs (denoiser)")
-    parser.add_argument("--num-eval", type=int, default=500, help="programs in each of val, test, ood")
+    parser.add_argument("--num-eval", type=int, help="programs in each of val, test, ood (default: 500)")
+    parser.add_argument("--released", metavar="DIR", help="take the splits whose files DIR holds (the authors' "
+                        "SansType release) as they are, generating the others")
     parser.add_argument("--seed", type=int, default=0, help="same seed, same bytes")
     parser.add_argument("--vocab-size", type=int, default=600, help="joined sentencepiece BPE vocabulary")
     parser.add_argument("--judge-unlabeled", action="store_true",
@@ -327,7 +366,7 @@ def parse_args(argv):
                         help="only print statistics of existing splits (e.g. data/sanstype/train) and exit")
     args = parser.parse_args(argv)
     for flag in ("labeled", "unlabeled", "num_eval", "vocab_size"):
-        if getattr(args, flag) < 1:
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be a positive integer, got {getattr(args, flag)}")
     return args
 
@@ -340,12 +379,24 @@ def main(argv=None):
 
 
 def make_sanstype(args):
-    common.check_writable(args.out)
-    sizes = {"train": args.labeled, "val": args.num_eval, "test": args.num_eval,
-             "ood": args.num_eval, "unlabeled": args.unlabeled}
-    splits = {name: make_split(name, size, args.seed, OUT_OF_DISTRIBUTION if name == "ood" else IN_DISTRIBUTION)
-              for name, size in sizes.items()}
-    print(f"generated {sum(sizes.values())} programs: " + ", ".join(f"{n} {s}" for n, s in sizes.items()))
+    common.claim_data_folder(args.out, args.overwrite)
+    released = read_released(args.released) if args.released else {}
+    sizes = {"train": args.labeled or 1000, "val": args.num_eval or 500, "test": args.num_eval or 500,
+             "ood": args.num_eval or 500, "unlabeled": args.unlabeled}
+    for flag, names in (("--labeled", ["train"]), ("--num-eval", ["val", "test", "ood"])):
+        if getattr(args, flag[2:].replace("-", "_")) and set(names) <= set(released):
+            raise common.UsageError(f"{flag} applies to generated splits: {args.released} holds {', '.join(names)}")
+    generated = [name for name in SPLITS if name not in released]
+    splits = {name: make_split(name, sizes[name], args.seed, OUT_OF_DISTRIBUTION if name == "ood" else
+                               IN_DISTRIBUTION) for name in generated}
+    splits.update({name: [files["src"], files["tgt"], files["inp"]] for name, files in released.items()})
+    splits["unlabeled"] = make_split("unlabeled", args.unlabeled, args.seed, IN_DISTRIBUTION,
+                                     avoid={code for files in released.values() for code in files["tgt"]})
+    if released:
+        print(f"took {', '.join(released)} from {args.released} as they are; generated "
+              f"{', '.join(generated + ['unlabeled'])}, the unlabeled programs none of theirs")
+    print(f"generated {sum(sizes[name] for name in generated + ['unlabeled'])} programs: " +
+          ", ".join(f"{name} {sizes[name]}" for name in generated + ["unlabeled"]))
 
     # The tokenizer sees what training may use: train pseudocode and all training code (never eval data).
     # Trained before the slow judging so that a bad --vocab-size fails fast.
@@ -353,18 +404,21 @@ def make_sanstype(args):
                                                args.vocab_size)
     print(f"trained a {pieces}-piece sentencepiece BPE tokenizer")
 
-    labeled = ["train", "val", "test", "ood"]
-    outputs = run_gold_programs(splits, labeled + (["unlabeled"] if args.judge_unlabeled else []))
+    outputs = run_gold_programs(splits, generated + (["unlabeled"] if args.judge_unlabeled else []))
 
     os.makedirs(args.out, exist_ok=True)
-    for name in labeled:
+    for name in generated:
         src, tgt, inp = splits[name]
         for ext, lines in [("src", src), ("tgt", tgt), ("inp", inp), ("out", outputs[name])]:
             common.write_lines(os.path.join(args.out, f"{name}.{ext}"), lines)
+    for name, ext in ((name, ext) for name in released for ext in FILES):  # byte for byte
+        shutil.copyfile(os.path.join(args.released, f"{name}.{ext}"), os.path.join(args.out, f"{name}.{ext}.tmp"))
+        os.replace(os.path.join(args.out, f"{name}.{ext}.tmp"), os.path.join(args.out, f"{name}.{ext}"))
     common.write_lines(os.path.join(args.out, "unlabeled.tgt"), splits["unlabeled"][1])
     with open(os.path.join(args.out, "spm.model"), "wb") as f:
         f.write(spm_model)
-    common.write_manifest(args.out, "sanstype", seed=args.seed)
+    common.write_manifest(args.out, "sanstype", seed=args.seed, authors_splits=list(released),
+                          **({"released_from": os.path.abspath(args.released)} if released else {}))
     print(f"wrote {args.out}/{{train,val,test,ood}}.{{src,tgt,inp,out}}, unlabeled.tgt, spm.model, dataset.json")
 
 

@@ -145,7 +145,7 @@ def write_split(out: str, split: str, programs: list[dict], cases: dict):
 
 
 def make_spoc(args):
-    common.check_writable(args.out)
+    common.claim_data_folder(args.out, args.overwrite)
     splits = args.splits.split(",")
     paths = {split: split_file(args, split) for split in splits}  # every missing file before any work
     testcases = args.testcases or os.path.join(args.spoc, "testcases")
@@ -192,6 +192,8 @@ def parse_args(argv):
     parser = common.ArgumentParser(prog="make_spoc.py", description=__doc__)
     parser.add_argument("--spoc", required=True, help="the SPoC release's folder (train/, test/, testcases/)")
     parser.add_argument("--out", default="data/spoc", help="output directory")
+    parser.add_argument("--overwrite", action="store_true", help="replace the data --out holds (runs trained on it "
+                        "will no longer match it)")
     parser.add_argument("--splits", default=",".join(SPLITS), help="the splits to write")
     for split in SPLITS:
         parser.add_argument(f"--{split}", metavar="TSV", help=f"read the {split} split from this file")

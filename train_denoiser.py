@@ -86,11 +86,10 @@ def parse_args(argv=None):
     parser.add_argument("--repair-every", type=int, default=1, help="judge val repairs every N epochs (0: never)")
     parser.add_argument("--repair-programs", type=int, default=100, help="how many val programs to repair")
     common.add_training_args(parser)
-    common.show_preset_in_help(parser, argv, lambda dataset, known: PRESETS[dataset, known.preset])
-    args = parser.parse_args(argv)
-    common.apply_preset(parser, args, lambda dataset: PRESETS[dataset, args.preset])
+    args = common.parse_training_args(parser, argv, lambda dataset, known: PRESETS[dataset, known.preset],
+                                      lambda known: known.out)
     for name, corruption, default in (("num_corruptions", "code", 3), ("deletion_probability", "random", 0.15)):
-        if getattr(args, name) is not None and args.corruption != corruption:
+        if getattr(args, name) != parser.get_default(name) and args.corruption != corruption:  # given, for another
             parser.error(f"--{name.replace('_', '-')} is for --corruption {corruption}, not {args.corruption}")
         setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
     if args.error_detector == "compile" and args.dataset != "spoc":

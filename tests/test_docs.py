@@ -21,13 +21,28 @@ MAINS = {"make_sanstype.py": make_sanstype.main, "make_spoc.py": make_spoc.main,
          "staircase.py": staircase.main}
 
 
-def flags_of(script: str, subcommand: str | None) -> set[str]:
-    """The flags a script's --help lists as its options (not those its docstring or help texts mention)."""
+def help_of(script: str, subcommand: str | None) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
         MAINS[script]([subcommand, "--help"] if subcommand else ["--help"])
-    options = [re.split(r"\s{2,}", line.strip())[0] for line in out.getvalue().splitlines() if re.match(r"  +-", line)]
+    return out.getvalue()
+
+
+def flags_of(script: str, subcommand: str | None) -> set[str]:
+    """The flags a script's --help lists as its options (not those its docstring or help texts mention)."""
+    options = [re.split(r"\s{2,}", line.strip())[0] for line in help_of(script, subcommand).splitlines()
+               if re.match(r"  +-", line)]
     return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", " ".join(options)))
+
+
+def test_help_shows_the_examples_as_written():
+    """An example's lines stay lines (a backslash ending a docstring's line would join the next to it after a run of
+    spaces), and each fonts.py subcommand's --help is its own, not the module's whole description again."""
+    for script, subcommand in [(name, None) for name in MAINS] + [("fonts.py", name) for name in
+                                                                  ("render", "denoiser", "train", "evaluate")]:
+        description = help_of(script, subcommand).split("options:")[0]
+        assert not re.search(r"\S {4,}--[a-z]", description), (script, subcommand)
+    assert fonts.__doc__.splitlines()[0] not in help_of("fonts.py", "render")
 
 
 def test_a_flag_named_only_in_a_docstring_is_not_a_flag():

@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 
+import common
 import evaluate
 import finetune
 import fonts
@@ -50,6 +51,8 @@ def make_work(w):
             content = (w / "data" / name).read_bytes()
             (w / folder / name).write_bytes(content[tokenizer] if name == "spm.model" and tokenizer else content)
     (w / "fonts_run.pt").write_bytes(b"a finished fonts run")
+    (w / "glyphs.npz").write_bytes(b"rendered fonts")
+    torch.save({"kind": "denoiser", "config": {}, "state_dict": {}}, w / "fonts_pi.pt")  # as fonts.py writes one
     return w
 
 
@@ -60,6 +63,15 @@ def fault_table(w):
     return [
         ("make_sanstype.py", ["--labeled", "0", "--out", out], "positive integer"),
         ("make_sanstype.py", ["--out", under_a_file], "cannot write there"),
+        ("make_sanstype.py", ["--out", f"{w}/data", "--labeled", "5"], "holds data (dataset.json): --overwrite"),
+        ("make_spoc.py", ["--spoc", SPOC, "--out", f"{w}/data"], "holds data (dataset.json): --overwrite"),
+        ("fonts.py", ["render", "--out", f"{w}/glyphs.npz"], "holds rendered fonts: --overwrite"),
+        ("train_denoiser.py", ["--data", f"{w}/data/train.src", *SMOKE, "--out", out],
+         f"is a file: name the data folder that holds it ({w}/data)"),
+        ("fonts.py", ["train", "--method", "composed", "--denoiser", pi, "--out", f"{w}/fonts_new.pt"],
+         "is a denoiser checkpoint of the code experiments (train_denoiser.py, finetune.py), not of fonts.py"),
+        ("finetune.py", ["--method", "standard", *data, *SMOKE, "--denoiser", f"{w}/fonts_pi.pt", "--out", out],
+         "is a denoiser checkpoint of fonts.py, not of the code experiments"),
         ("make_spoc.py", ["--spoc", f"{w}/nowhere", "--out", out], "missing file"),
         ("make_spoc.py", ["--spoc", SPOC, "--out", under_a_file], "cannot write there"),
         ("train_denoiser.py", ["--data", f"{w}/nowhere", "--out", out], "dataset.json"),
@@ -156,14 +168,35 @@ def test_a_second_run_never_replaces_a_finished_one_unasked(work, tmp_path):
     assert (run / "model.pt").read_bytes() != finished and not list(run.glob("eval_*"))
 
 
-def test_resume_says_which_allowed_settings_changed(work, tmp_path, capsys):
+def test_resume_continues_with_the_runs_own_settings(work, tmp_path, capsys):
+    """A flag given changes only itself: --patience, given at the start and not on resuming, stays the run's; --help
+    with --resume shows the run's values."""
     run = tmp_path / "run"
-    flags = ["--method", "baseline", "--data", str(work / "data"), *SMOKE, "--out", str(run), "--epochs", "1"]
-    finetune.main(flags)
+    flags = ["--method", "baseline", "--data", str(work / "data"), *SMOKE, "--out", str(run)]
+    finetune.main([*flags, "--epochs", "1", "--patience", "400"])
     capsys.readouterr()
-    finetune.main([*flags[:-1], "2", "--resume"])
+    with pytest.raises(SystemExit):
+        finetune.main([*flags, "--resume", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "stop after this many epochs without a better validation loss (default: 400)" in help_text
+    finetune.main([*flags, "--epochs", "2", "--resume"])
     err = capsys.readouterr().err
-    assert "--resume: changed --epochs 2 (it ran with 1)" in err and "epoch 2:" in err
+    assert err.startswith("--resume: changed --epochs 2 (it ran with 1)\n") and "epoch 2:" in err
+    assert common.load_checkpoint(str(run / "last.pt"))["args"]["patience"] == 400
+
+
+def test_an_empty_tokenizer_is_one_line_even_from_sentencepiece(work):
+    """sentencepiece logs from C++ straight to the process's stderr, where capsys does not look: a subprocess."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "train_denoiser.py"), "--data", str(work / "empty"),
+                             *SMOKE, "--out", str(work / "never")], capture_output=True, text=True)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_the_table_says_layers_as_encoder_plus_decoder(work, capsys):
+    """A smoke run's settings say layers=1 (each side); its table row says 1+1, as the paper's 6 layers are 3+3."""
+    evaluate.main([str(work / "standard" / "model.pt"), "--data", str(work / "data"), "--splits", "test"])
+    row = capsys.readouterr().out.splitlines()[-1].split()
+    assert row[:6] == ["standard", "standard", "smoke", "code", "1+1", "N"]
 
 
 def test_ctrl_c_exits_130_and_says_how_to_resume(work, tmp_path):

@@ -154,7 +154,7 @@ def test_composed_step_lowers_loss_and_leaves_denoiser_untouched():
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in f.parameters())
 
 
-def test_whole_chain_with_smoke_preset(tmp_path, aileron, capsys):
+def test_whole_chain_with_smoke_preset(tmp_path, aileron, capsys, monkeypatch):
     # 20 "fonts": Aileron shifted around, enough for 10 labeled fonts and a Figure-5 grid.
     glyphs = np.stack([np.roll(aileron, (i % 5 - 2, i // 5 - 2), axis=(1, 2)) for i in range(20)])
     data = str(tmp_path / "glyphs.npz")
@@ -187,6 +187,10 @@ def test_whole_chain_with_smoke_preset(tmp_path, aileron, capsys):
     assert direct[1:3] == ["direct", "blur"] and direct[9] != direct[10] and direct[11] == f"**{direct[9]}**"
     assert png.exists() and png.stat().st_size > 1000
     assert not list(runs.glob("*.tmp"))                          # checkpoints written atomically
+    monkeypatch.chdir(tmp_path)  # evaluate --runs alone: the grid goes into --runs, Pi comes from it, nothing else
+    fonts.main(["evaluate", "--data", data, "--runs", str(runs)])
+    direct = next(line.split(" | ") for line in capsys.readouterr().out.splitlines() if "direct.pt |" in line)
+    assert direct[2] == "blur" and (runs / "samples.png").exists() and not (tmp_path / "runs" / "fonts").exists()
     with pytest.raises(SystemExit) as e:   # a Pi named but missing is an error, not a silent skip
         fonts.main(["evaluate", "--data", data, "--runs", str(runs), "--denoiser", str(runs / "typo.pt")])
     assert e.value.code == 2 and "typo.pt not found" in capsys.readouterr().err

@@ -200,8 +200,8 @@ def test_train_tokenizer_is_deterministic():
 def test_a_broken_gold_program_stops_with_its_name(tmp_path, monkeypatch):
     make_split = make_sanstype.make_split
 
-    def make_split_with_a_bug(name, size, seed, templates):
-        src, tgt, inp = make_split(name, size, seed, templates)
+    def make_split_with_a_bug(name, size, seed, templates, avoid=frozenset()):
+        src, tgt, inp = make_split(name, size, seed, templates, avoid)
         if name == "test":
             tgt[1] = tgt[1].replace("cout <<", "cout >>", 1)
         return src, tgt, inp
@@ -250,3 +250,78 @@ def test_small_data_gets_a_smaller_vocabulary_with_a_message(tmp_path, capsys):
     pieces = int(out.split("supports at most ")[1].split(" ")[0])
     assert pieces < 600 and f"trained a {pieces}-piece" in out
     assert common.load_tokenizer(open(tmp_path / "data" / "spm.model", "rb").read()).get_piece_size() == pieces
+
+
+# --released: the authors' splits one flag away
+
+@pytest.fixture(scope="module")
+def released_data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("released") / "data"
+    make_sanstype.main(["--released", DATA, "--out", str(out), "--unlabeled", "2000", "--num-eval", "20",
+                        "--vocab-size", "300"])
+    return out
+
+
+def test_released_splits_are_taken_byte_for_byte_and_the_rest_generated(released_data, capsys):
+    for name in [f"{s}.{e}" for s in ("train", "val") for e in ("src", "tgt", "inp", "out")]:
+        assert open(released_data / name, "rb").read() == open(os.path.join(DATA, name), "rb").read(), name
+    assert [len(read_lines(released_data / f"{s}.src")) for s in SPLITS] == [1000, 500, 20, 20]
+    manifest = common.read_manifest(str(released_data))
+    assert manifest["authors_splits"] == ["train", "val"] and manifest["dataset"] == "sanstype"
+    # the unlabeled programs avoid every released one (2 of the first 2000 generated would be one)
+    unlabeled = read_lines(released_data / "unlabeled.tgt")
+    released = set(read_lines(os.path.join(DATA, "train.tgt")) + read_lines(os.path.join(DATA, "val.tgt")))
+    assert len(unlabeled) == 2000 and not released & set(unlabeled)
+
+
+def test_released_says_which_splits_it_took(tmp_path, capsys):
+    only_val = tmp_path / "authors"
+    only_val.mkdir()
+    for ext in ("src", "tgt", "inp", "out"):
+        (only_val / f"val.{ext}").write_bytes(open(os.path.join(DATA, f"val.{ext}"), "rb").read())
+    make_sanstype.main(["--released", str(only_val), "--out", str(tmp_path / "data"), "--labeled", "30",
+                        "--unlabeled", "100", "--num-eval", "20", "--vocab-size", "200"])
+    assert f"took val from {only_val} as they are; generated train, test, ood, unlabeled" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fault, word", [("no inp", "val.src without val.inp"),
+                                         ("short out", "500 lines in .src, 500 lines in .tgt, 500 lines in .inp, "
+                                                       "499 lines in .out"),
+                                         ("empty folder", "holds no split files"),
+                                         ("labeled", "--labeled applies to generated splits")])
+def test_released_faults_are_one_line_and_write_nothing(fault, word, tmp_path, capsys):
+    authors = tmp_path / "authors"
+    authors.mkdir()
+    for ext in ("src", "tgt", "inp", "out"):
+        lines = read_lines(os.path.join(DATA, f"val.{ext}"))
+        if fault != "empty folder" and not (fault == "no inp" and ext == "inp"):
+            common.write_lines(str(authors / f"val.{ext}"), lines[:-1] if fault == "short out" and ext == "out"
+                               else lines)
+    extra = ["--labeled", "5"] if fault == "labeled" else []
+    if fault == "labeled":  # train released too
+        for ext in ("src", "tgt", "inp", "out"):
+            (authors / f"train.{ext}").write_bytes(open(os.path.join(DATA, f"train.{ext}"), "rb").read())
+    with pytest.raises(SystemExit) as stop:
+        make_sanstype.main(["--released", str(authors), "--out", str(tmp_path / "data"), *extra])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and word in err, err
+    assert not (tmp_path / "data").exists()
+
+
+def test_the_chain_runs_on_the_authors_splits_and_the_table_marks_them(released_data, tmp_path, capsys):
+    import evaluate
+    import finetune
+    import train_denoiser
+    smoke = ["--data", str(released_data), "--preset", "smoke"]
+    train_denoiser.main([*smoke, "--out", str(tmp_path / "pi"), "--epochs", "1", "--repair-every", "0"])
+    finetune.main(["--method", "standard", *smoke, "--denoiser", str(tmp_path / "pi/model.pt"), "--out",
+                   str(tmp_path / "standard"), "--epochs", "1"])
+    finetune.main(["--method", "composed", *smoke, "--denoiser", str(tmp_path / "pi/model.pt"), "--init",
+                   str(tmp_path / "standard/model.pt"), "--out", str(tmp_path / "composed"), "--epochs", "1"])
+    for run in ("standard", "composed"):
+        evaluate.main([str(tmp_path / run / "model.pt"), "--data", str(released_data), "--splits", "val,test"])
+    capsys.readouterr()
+    evaluate.main(["--table", str(tmp_path / "standard"), str(tmp_path / "composed")])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert sorted((row[0], row[6]) for row in rows) == [("composed", "test"), ("composed", "val*"),
+                                                        ("standard", "test"), ("standard", "val*")]
