@@ -4,7 +4,8 @@ Table of contents
   1. Tokenizer and data files   sentencepiece BPE over the joined pseudocode/code vocabulary
   2. Transformer                the encoder-decoder of the SansType experiments, with cached decoding
   3. U-Net                      the image denoiser of the font experiment (fonts.py)
-  4. Corruptions                code-based and random-deletion noise for denoiser pre-training
+  4. Corruptions                noise for denoiser pre-training: code-based, random deletions, SMILES edits;
+                                RDKit's canonical SMILES, the molecules' judge
   5. Losses                     sequence cross entropy; composed fine-tuning's loss (Eq. 1) and its estimators
   6. Checkpoints and run folders  self-contained model files; a finished run is never replaced unasked
   7. Training loop              batches, early stopping, resume, learning-rate schedules, bf16
@@ -49,6 +50,7 @@ STRUCTURE_PIECES = ["▁$", "▁~", "▁TAB"]
 # Decoders never output these: an output's ids are then exactly the tokens that were chosen, which
 # keeps the REINFORCE log-probabilities of sampled outputs exact.
 NEVER_GENERATED = [PAD_ID, BOS_ID]
+DATA_MAKERS = "make_sanstype.py, make_spoc.py or make_molecules.py"  # each writes a data folder
 
 
 def train_tokenizer(lines: list[str], vocab_size: int) -> tuple[bytes, int]:
@@ -102,7 +104,7 @@ def read_tokenizer_bytes(data_dir: str) -> bytes:
     check_data_folder(data_dir)
     path = os.path.join(data_dir, "spm.model")
     if not os.path.isfile(path):
-        raise UsageError(f"missing {path}: make the data with make_sanstype.py or make_spoc.py")
+        raise UsageError(f"missing {path}: make the data with {DATA_MAKERS}")
     with open(path, "rb") as f:
         model = f.read()
     try:
@@ -110,14 +112,13 @@ def read_tokenizer_bytes(data_dir: str) -> bytes:
             raise RuntimeError
         load_tokenizer(model)
     except RuntimeError:  # sentencepiece's parse errors name neither the file nor a way on
-        raise UsageError(f"{path} is not a sentencepiece model: make the data again with make_sanstype.py or "
-                         "make_spoc.py") from None
+        raise UsageError(f"{path} is not a sentencepiece model: make the data again with {DATA_MAKERS}") from None
     return model
 
 
 # Every data folder names its dataset in dataset.json (make_sanstype.py, make_spoc.py write it), so that the
 # later stages pick its presets, noise and judge by name.
-DATASETS = ("sanstype", "spoc")
+DATASETS = ("sanstype", "spoc", "molecules")
 
 
 def write_manifest(data_dir: str, dataset: str, **facts):
@@ -147,13 +148,13 @@ def read_manifest(data_dir: str) -> dict:
     check_data_folder(data_dir)
     path = os.path.join(data_dir, "dataset.json")
     if not os.path.isfile(path):
-        raise UsageError(f"missing {path}: make the data with make_sanstype.py or make_spoc.py")
+        raise UsageError(f"missing {path}: make the data with {DATA_MAKERS}")
     try:
         with open(path, encoding="utf-8") as f:
             manifest = json.load(f)
         dataset = manifest["dataset"]
     except (ValueError, KeyError, TypeError):
-        raise UsageError(f"{path} is not a manifest written by make_sanstype.py or make_spoc.py") from None
+        raise UsageError(f"{path} is not a manifest written by {DATA_MAKERS}") from None
     if dataset not in DATASETS:
         raise UsageError(f"{path} names an unknown dataset {dataset!r} (known: {', '.join(DATASETS)})")
     return manifest
@@ -672,6 +673,86 @@ def delete_random_words(code, rng, p=0.15):
     return join_program(head, [" ".join(w for w in s.split(" ") if rng.random() >= p) for s in statements], tail)
 
 
+# SMILES (make_molecules.py): a molecule as a line of atoms (C, n, [NH4+], Cl), bonds (= #), ring closures (digits: the
+# two atoms a digit follows are bonded) and branches (parentheses). The denoiser's noise is an edit a name-to-SMILES
+# model would plausibly make; RDKit, the judge, rejects most of them (make_molecules.py measures how many).
+SMILES_TOKEN = re.compile(r"\[[^\]]*\]|Br|Cl|%\d\d|.")
+SIMILAR_ATOMS = {"C": "NO", "N": "CO", "O": "SN", "S": "O", "P": "N", "F": "", "Cl": "", "Br": "", "I": "",
+                 "c": "n", "n": "co", "o": "sn", "s": "o"}  # and the halogens F, Cl, Br, I for one another
+HALOGENS = ("F", "Cl", "Br", "I")
+
+
+def is_atom(token: str) -> bool:
+    return token in SIMILAR_ATOMS or token.startswith("[")
+
+
+def corrupt_smiles(smiles: str, rng, max_edits: int = 2) -> str:
+    """With probability 0.9, 1 to max_edits edits of a SMILES string, each of a kind drawn uniformly:
+      atom      an atom replaced by a similar one (C <-> N <-> O <-> S, aromatic c <-> n <-> o <-> s, a halogen);
+      ring      a ring-closure digit dropped, or one added after an atom;
+      branch    a parenthesis dropped, or one added after an atom (an unbalanced branch);
+      bond      a double or triple bond dropped or swapped for the other, or a double bond added between atoms;
+      fragment  a whole branch (...) dropped, or repeated;
+    else the SMILES unchanged (as the code noise, so that Pi also learns to copy)."""
+    if rng.random() < CLEAN_PROBABILITY:
+        return smiles
+    tokens = SMILES_TOKEN.findall(smiles)
+    for _ in range(rng.randint(1, max_edits)):
+        tokens = smiles_edit(tokens, rng)
+    return "".join(tokens)
+
+
+def smiles_edit(tokens: list[str], rng) -> list[str]:
+    """One edit of corrupt_smiles, of a kind that applies to these tokens."""
+    atoms = [i for i, t in enumerate(tokens) if is_atom(t)]
+    where = lambda test: [i for i, t in enumerate(tokens) if test(t)]  # noqa: E731
+    edits = {
+        "atom": where(lambda t: t in HALOGENS or SIMILAR_ATOMS.get(t)),
+        "ring": atoms, "branch": atoms, "bond": atoms[:-1] or where(lambda t: t in "=#"),
+        "fragment": where(lambda t: t == "("),
+    }
+    kind = rng.choice([kind for kind, sites in edits.items() if sites] or ["atom"])
+    if not edits[kind]:  # nothing to edit at all (an empty or atom-less string)
+        return tokens
+    i = rng.choice(edits[kind])
+    if kind == "atom":
+        others = [h for h in HALOGENS if h != tokens[i]] if tokens[i] in HALOGENS else list(SIMILAR_ATOMS[tokens[i]])
+        return tokens[:i] + [rng.choice(others)] + tokens[i + 1:]
+    if kind in ("ring", "branch"):
+        present = where(str.isdigit) if kind == "ring" else where(lambda t: t in "()")
+        if present and rng.random() < 0.5:
+            j = rng.choice(present)
+            return tokens[:j] + tokens[j + 1:]
+        return tokens[:i + 1] + [str(rng.randint(1, 9)) if kind == "ring" else rng.choice("()")] + tokens[i + 1:]
+    if kind == "bond":
+        present = where(lambda t: t in "=#")
+        if present and rng.random() < 0.5:
+            j = rng.choice(present)
+            return tokens[:j] + ([] if rng.random() < 0.5 else ["#" if tokens[j] == "=" else "="]) + tokens[j + 1:]
+        return tokens[:i + 1] + ["="] + tokens[i + 1:]
+    depth, end = 0, i  # fragment: the branch that opens at i, to its matching parenthesis
+    for end in range(i, len(tokens)):
+        depth += {"(": 1, ")": -1}.get(tokens[end], 0)
+        if depth == 0:
+            break
+    if depth:  # a parenthesis an earlier edit left open: no branch to take
+        return tokens[:i] + tokens[i + 1:]
+    branch = tokens[i:end + 1]
+    return tokens[:i] + tokens[end + 1:] if rng.random() < 0.5 else tokens[:end + 1] + branch + tokens[end + 1:]
+
+
+def canonical_smiles(smiles: str) -> str | None:
+    """RDKit's canonical form of a SMILES string, or None where RDKit cannot parse it: the molecules' judge (an
+    output is valid where it parses, correct where its canonical form is the gold's)."""
+    try:
+        from rdkit import Chem, RDLogger
+    except ImportError:
+        raise UsageError("the molecules' judge is RDKit: pip install -r requirements.txt (it lists rdkit)") from None
+    RDLogger.DisableLog("rdApp.*")  # it would explain every rejected SMILES on stderr
+    molecule = Chem.MolFromSmiles(smiles) if smiles else None
+    return Chem.MolToSmiles(molecule) if molecule is not None else None
+
+
 # ============================================================================
 # 5. Losses
 # ============================================================================
@@ -1055,8 +1136,9 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     model.to(device)
     loss_fn = loss_fn or (lambda model, src, tgt_in, tgt_out, smoothing:  # -log p(y | x) per target token
                           sequence_loss(model(src, tgt_in), tgt_out, smoothing))
-    val_batches = device_batches(val_pairs, args.batch_size, device)
-    validate = validate or (lambda model: validation_loss(model, val_batches))
+    if validate is None:
+        val_batches = device_batches(val_pairs, args.batch_size, device)
+        validate = lambda model: validation_loss(model, val_batches)  # noqa: E731
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay,
                                   fused=device.type == "cuda")  # one kernel for every weight's update
     last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
@@ -1248,7 +1330,8 @@ def parse_training_args(parser, argv, preset_of, run_folder):
         last = os.path.join(run_folder(known), "last.pt")
         if known.resume and os.path.isfile(last):
             ran_with = load_checkpoint(last, needs=("args",))["args"]
-            parser.set_defaults(**{name: value for name, value in ran_with.items() if name not in ("resume", "overwrite")})
+            parser.set_defaults(**{name: value for name, value in ran_with.items()
+                                   if name not in ("resume", "overwrite")})
             parser.epilog = f"Defaults: the settings {last} ran with; a flag given wins."
     except (UsageError, KeyError):  # no readable data, or no such method: the parse below or the checks say so
         parser.epilog = "Flags shown without a default take the preset's value: --help with --data (and --method) " \

@@ -11,13 +11,15 @@ gold output on the test's input (accuracy).
     python evaluate.py --predictions data/spoc/testw.tgt --data data/spoc --split testw \\
         --denoiser runs/spoc/denoiser/model.pt    # Pi(gold): how many correct programs Pi keeps correct
     python evaluate.py runs/standard/model.pt --data data/spoc --splits testw,testp      # a model trained on it
+    python evaluate.py runs/molecules/standard/model.pt --data data/molecules   # SMILES judged by RDKit
 
 A model's verdicts go beside it, one JSON line per program (`eval_<split>[_denoised][_random].jsonl`;
 _random when the denoiser in play was pre-trained on random deletions), with a summary (`.json`).
 For --predictions (one program per line, in the order of the split's `.inp`/`.out`, or of a SPoC split's
 `.ids`, whose programs are judged on their problem's hidden test cases), they go to
 `preds.txt.verdicts.jsonl`. Verdicts: correct, wrong_output, compile_error (with the compiler's
-first error), runtime_error, timeout.
+first error), runtime_error, timeout; for molecules (make_molecules.py), where "compiled" means that RDKit reads
+the SMILES: correct, wrong_molecule, invalid.
 """
 import glob
 import json
@@ -62,6 +64,8 @@ PAPER_TABLE5 = {
 
 
 def paper_numbers(s: dict) -> tuple:
+    if s.get("dataset") == "molecules":  # the paper runs no molecule experiment
+        return None, None
     if s["corruption"] == "random":
         key = (s["method"], s["denoised"], s["split"])
         return (None, None) if s["deep"] else PAPER_TABLE5.get(key, (None, None))
@@ -69,8 +73,8 @@ def paper_numbers(s: dict) -> tuple:
 
 
 def default_splits(data: str) -> str:
-    """test,ood for SansType; SPoC's testw,testp, those of them make_spoc.py wrote."""
-    if common.read_dataset(data) == "sanstype":
+    """test,ood for SansType and molecules; SPoC's testw,testp, those of them make_spoc.py wrote."""
+    if common.read_dataset(data) in ("sanstype", "molecules"):
         return "test,ood"
     splits = [s for s in ("testw", "testp") if os.path.isfile(os.path.join(data, f"{s}.src"))]
     if not splits:
@@ -81,8 +85,12 @@ def default_splits(data: str) -> str:
 def load_judge(data: str, split: str):
     """(how many programs the split has, a function from programs to their verdicts). A SPoC split has its
     problems' test cases ({split}.cases.jsonl); a SansType split one stdin and gold output per program
-    ({split}.inp, .out)."""
-    if common.read_dataset(data) == "spoc":
+    ({split}.inp, .out); a molecules split its gold SMILES ({split}.tgt), RDKit the judge."""
+    dataset = common.read_dataset(data)
+    if dataset == "molecules":
+        gold = common.read_lines(os.path.join(data, f"{split}.tgt"))
+        return len(gold), lambda outputs: judge_molecules(outputs, gold)
+    if dataset == "spoc":
         cases = spoc.read_cases(data, split)
         return len(cases), lambda programs: judge.judge_spoc_programs(programs, cases, progress=meter(split, cases))
     stdins = common.read_lines(os.path.join(data, f"{split}.inp"))
@@ -93,15 +101,26 @@ def load_judge(data: str, split: str):
                                                               progress=meter(split, stdins))
 
 
+def judge_molecules(outputs: list[str], gold: list[str]) -> list[dict]:
+    """RDKit as the judge: an output is valid where RDKit parses it (as a program compiles), correct where its
+    canonical SMILES is the gold's; wrong_molecule: valid, but another molecule."""
+    verdicts = []
+    for output, answer in zip(outputs, gold):
+        canonical = common.canonical_smiles(output)
+        verdicts.append({"verdict": "invalid" if canonical is None else "correct" if canonical == answer else
+                         "wrong_molecule"})
+    return verdicts
+
+
 def meter(split: str, programs: list):
     return common.Progress(len(programs), f"judging {split} programs").step
 
 
 def summarize(verdicts: list[dict]) -> dict:
-    """Fractions in [0, 1]: compiled counts every program that got past g++."""
+    """Fractions in [0, 1]: compiled counts every program that got past g++ (every SMILES RDKit read)."""
     n = len(verdicts)
     return {"n": n,
-            "compiled": sum(v["verdict"] != "compile_error" for v in verdicts) / n,
+            "compiled": sum(v["verdict"] not in ("compile_error", "invalid") for v in verdicts) / n,
             "accuracy": sum(v["verdict"] == "correct" for v in verdicts) / n}
 
 
@@ -163,7 +182,8 @@ def evaluate_model(args):
     if method == "composed" and checkpoint.get("init_method") not in (None, "standard"):
         method += "+" + checkpoint["init_method"]
     layers = f"{model.config.encoder_layers}+{model.config.decoder_layers}"  # a run's --layers is each side's
-    authors_splits = common.read_manifest(args.data).get("authors_splits", [])  # make_sanstype.py --released
+    manifest = common.read_manifest(args.data)
+    dataset, authors_splits = manifest["dataset"], manifest.get("authors_splits", [])  # (make_sanstype --released)
     folder = os.path.dirname(args.model)
     common.check_writable(folder, "the model's folder")  # its evaluations go beside it
     print(TABLE_HEADER)
@@ -180,7 +200,8 @@ def evaluate_model(args):
         rows = [{"line": i + 1, "prediction": p, **({"base": b} if denoiser else {}), **v}
                 for i, (p, b, v) in enumerate(zip(programs, base, verdicts))]
         write_jsonl(os.path.join(folder, name + ".jsonl"), rows)
-        summary = dict(summarize(verdicts), method=method, layers=layers, deep=checkpoint.get("deep", False),
+        summary = dict(summarize(verdicts), dataset=dataset, method=method, layers=layers,
+                       deep=checkpoint.get("deep", False),
                        preset=checkpoint["args"].get("preset"), corruption=corruption, denoised=bool(denoiser),
                        split=split, authors_split=split in authors_splits, model=args.model,
                        denoiser=args.denoiser or ("(its own)" if denoiser else None))
@@ -215,9 +236,10 @@ def table_row(s: dict, standard: dict | None) -> str:
 TABLE_HEADER = (f"{'run':<25} {'method':<25} {'preset':<6} {'Pi':<6} {'layers':>6} {'Pi?':>4} {'split':<5} "
                 f"{'n':>5} {'compiled':>8} {'accuracy':>8} {'relative':>8}   paper: compiled accuracy relative\n"
                 "(Pi: the noise the denoiser learned to undo; Pi?: Y where the outputs are Pi(f(x)); n: programs "
-                "judged; compiled, accuracy: % of them; relative: accuracy relative to standard fine-tuning's on "
-                "the split, in %, as the paper's Table 2; layers: encoder+decoder, --layers each (the paper counts "
-                "both: its 6 layers are 3+3); split*: the authors' own programs, make_sanstype.py --released)")
+                "judged; compiled (molecules: valid, RDKit reads the SMILES), accuracy: % of them; relative: accuracy "
+                "relative to standard fine-tuning's on the split, in %, as the paper's Table 2; layers: "
+                "encoder+decoder, --layers each (the paper counts both: its 6 layers are 3+3); split*: the authors' "
+                "own programs, make_sanstype.py --released)")
 METHOD_ORDER = ("baseline", "standard", "composed", "bart", "composed+bart", "backtranslation",
                 "composed+backtranslation")
 
@@ -246,8 +268,8 @@ def print_table(args):
             standard.setdefault(s["split"], s)
     print(TABLE_HEADER)
     rank = lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)  # noqa: E731
-    order = lambda s: (s["split"] != "test", s["split"], s["corruption"] == "random", rank(s["method"]), str(s["layers"]),  # noqa: E731
-                       s["denoised"], s["model"])
+    order = lambda s: (s["split"] != "test", s["split"], s["corruption"] == "random", rank(s["method"]),  # noqa: E731
+                       str(s["layers"]), s["denoised"], s["model"])
     for s in sorted(summaries, key=order):
         print(table_row(s, standard.get(s["split"])))
     if unevaluated:

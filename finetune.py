@@ -106,6 +106,7 @@ PRESETS = {
     },
 }
 PRESETS["spoc", "smoke"] = PRESETS["sanstype", "smoke"]
+PRESETS.update({("molecules", preset): PRESETS["sanstype", preset] for preset in ("paper", "cpu", "smoke")})
 # The flags only some methods use: given to another method, they are refused.
 METHOD_FLAGS = {"baseline": (), "standard": ("denoiser",), "bart": ("denoiser", "frozen_epochs"),
                 "composed": ("denoiser", "init", "estimator", "samples", "reinforce_baseline", "clamp", "gamma",
@@ -116,7 +117,7 @@ METHOD_FLAGS = {"baseline": (), "standard": ("denoiser",), "bart": ("denoiser", 
 def parse_args(argv=None):
     parser = common.ArgumentParser(prog="finetune.py", description=__doc__)
     parser.add_argument("--method", choices=METHODS, required=True, help="which predictor to train")
-    parser.add_argument("--data", default="data/sanstype", help="a folder make_sanstype.py or make_spoc.py wrote")
+    parser.add_argument("--data", default="data/sanstype", help=f"a folder {common.DATA_MAKERS} wrote")
     parser.add_argument("--denoiser", help="pre-trained denoiser (standard, bart: the init; composed: the frozen "
                         "Pi; default: runs/denoiser/model.pt)")
     parser.add_argument("--out", help="output folder (default runs/<method>)")
@@ -152,7 +153,8 @@ def parse_args(argv=None):
     # Flags of one estimator only, where given on the command line (their defaults are the preset's)
     estimator_flags = {"reinforce_baseline": "reinforce", "clamp": "reinforce", "gamma": "reinforce", "tau": "gumbel"}
     for name, estimator in estimator_flags.items():
-        if args.method == "composed" and getattr(args, name) != parser.get_default(name) and estimator != args.estimator:
+        given = getattr(args, name) != parser.get_default(name)
+        if args.method == "composed" and given and estimator != args.estimator:
             parser.error(f"--{name.replace('_', '-')} applies to --estimator {estimator} only")
     if args.method == "composed" and args.tau <= 0:
         parser.error("--tau must be positive")
