@@ -139,7 +139,8 @@ def claim_data_folder(out: str, overwrite: bool, holds: str = "dataset.json"):
     trained on that data would no longer match it."""
     check_writable(out)
     if os.path.exists(os.path.join(out, holds)) and not overwrite:
-        raise UsageError(f"{out} holds data ({holds}): --overwrite replaces it, --out names another folder")
+        raise UsageError(f"--out {out}: there is data there already ({holds}); --overwrite replaces it, or name "
+                         "another folder")
 
 
 def read_manifest(data_dir: str) -> dict:

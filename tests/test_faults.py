@@ -63,8 +63,8 @@ def fault_table(w):
     return [
         ("make_sanstype.py", ["--labeled", "0", "--out", out], "positive integer"),
         ("make_sanstype.py", ["--out", under_a_file], "cannot write there"),
-        ("make_sanstype.py", ["--out", f"{w}/data", "--labeled", "5"], "holds data (dataset.json): --overwrite"),
-        ("make_spoc.py", ["--spoc", SPOC, "--out", f"{w}/data"], "holds data (dataset.json): --overwrite"),
+        ("make_sanstype.py", ["--out", f"{w}/data", "--labeled", "5"], "there is data there already (dataset.json)"),
+        ("make_spoc.py", ["--spoc", SPOC, "--out", f"{w}/data"], "there is data there already (dataset.json)"),
         ("fonts.py", ["render", "--out", f"{w}/glyphs.npz"], "holds rendered fonts: --overwrite"),
         ("train_denoiser.py", ["--data", f"{w}/data/train.src", *SMOKE, "--out", out],
          f"is a file: name the data folder that holds it ({w}/data)"),

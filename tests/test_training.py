@@ -364,7 +364,8 @@ def test_a_resumed_run_ends_exactly_as_an_unbroken_one(data, denoiser, tmp_path)
     whole, broken = (common.load_checkpoint(str(tmp_path / out / "last.pt"))["model"] for out in ("whole", "broken"))
     start = common.load_checkpoint(str(init))["model"]
     assert any(not torch.equal(whole[name], start[name]) for name in whole)  # it trained
-    assert all(torch.allclose(whole[name], broken[name], rtol=0, atol=1e-6) for name in whole)
+    # (on the CPU they are equal; without the random states restored they differ by ~4e-3)
+    assert all(torch.allclose(whole[name], broken[name], rtol=0, atol=1e-4) for name in whole)
 
 
 def test_resume_without_a_last_checkpoint_says_so(data, tmp_path):
