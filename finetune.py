@@ -145,7 +145,7 @@ def parse_args(argv=None):
     parser.add_argument("--synthetic-programs", type=int,
                         help="backtranslation: unlabeled programs to write pseudocode for (0: all)")
     common.add_training_args(parser)
-    args = common.parse_training_args(parser, argv, lambda dataset, known: run_defaults(dataset, known),
+    args = common.parse_training_args(parser, argv, run_defaults,
                                       lambda known: known.out or os.path.join("runs", known.method or ""))
     for name in sorted(set(sum(METHOD_FLAGS.values(), ())) - set(METHOD_FLAGS[args.method])):
         if getattr(args, name) is not None:

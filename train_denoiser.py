@@ -4,6 +4,7 @@
     python train_denoiser.py --corruption random --out runs/denoiser_random   # Table 5's random deletions
     python train_denoiser.py --preset paper                   # the paper's sizes and 50 epochs, for a GPU
     python train_denoiser.py --data data/spoc --out runs/spoc/denoiser   # SPoC (make_spoc.py): one-line edits, g
+    python train_denoiser.py --data data/molecules --out runs/molecules/denoiser   # SMILES edits (make_molecules.py)
     python train_denoiser.py --resume                         # continue after an interrupt
 
 Pi learns only from outputs: the unlabeled programs plus the labeled training code (code without
