@@ -1,15 +1,15 @@
 """Shared pieces of composed-finetuning: everything the scripts have in common.
 
 Table of contents
-  1. Tokenizer and data files   sentencepiece BPE over the joined pseudocode/code vocabulary
-  2. Transformer                the encoder-decoder of the SansType experiments, with cached decoding
+  1. Tokenizer and data files   sentencepiece BPE over the joined source/output vocabulary; data folders, kept
+  2. Transformer                the encoder-decoder, decoding in fixed-shape steps (a CUDA graph on a GPU)
   3. U-Net                      the image denoiser of the font experiment (fonts.py)
   4. Corruptions                noise for denoiser pre-training: code-based, random deletions, SMILES edits;
                                 RDKit's canonical SMILES, the molecules' judge
   5. Losses                     sequence cross entropy; composed fine-tuning's loss (Eq. 1) and its estimators
   6. Checkpoints and run folders  self-contained model files; a finished run is never replaced unasked
-  7. Training loop              batches, early stopping, resume, learning-rate schedules, bf16
-  8. Command line               flags and presets, one-line errors, progress lines with an ETA
+  7. Training loop              batches, early stopping, resume, learning-rate schedules, bf16; no waiting on a GPU
+  8. Command line               flags with the preset's (or a resumed run's) values, one-line errors, progress
 
 The judge (compile and run programs, safely and in batches) is judge.py, a module of its own; what only
 SPoC needs (its noise, test cases and error detector g) is in spoc.py.
