@@ -678,9 +678,9 @@ def delete_random_words(code, rng, p=0.15):
 # two atoms a digit follows are bonded) and branches (parentheses). The denoiser's noise is an edit a name-to-SMILES
 # model would plausibly make; RDKit, the judge, rejects most of them (make_molecules.py measures how many).
 SMILES_TOKEN = re.compile(r"\[[^\]]*\]|Br|Cl|%\d\d|.")
-SIMILAR_ATOMS = {"C": "NO", "N": "CO", "O": "SN", "S": "O", "P": "N", "F": "", "Cl": "", "Br": "", "I": "",
-                 "c": "n", "n": "co", "o": "sn", "s": "o"}  # and the halogens F, Cl, Br, I for one another
-HALOGENS = ("F", "Cl", "Br", "I")
+SIMILAR_ATOMS = {"C": ["N", "O"], "N": ["C", "O"], "O": ["S", "N"], "S": ["O"], "P": ["N"], "c": ["n"], "n": ["c", "o"],
+                 "o": ["s", "n"], "s": ["o"], "F": ["Cl", "Br", "I"], "Cl": ["F", "Br", "I"], "Br": ["F", "Cl", "I"],
+                 "I": ["F", "Cl", "Br"]}
 
 
 def is_atom(token: str) -> bool:
@@ -708,7 +708,7 @@ def smiles_edit(tokens: list[str], rng) -> list[str]:
     atoms = [i for i, t in enumerate(tokens) if is_atom(t)]
     where = lambda test: [i for i, t in enumerate(tokens) if test(t)]  # noqa: E731
     edits = {
-        "atom": where(lambda t: t in HALOGENS or SIMILAR_ATOMS.get(t)),
+        "atom": where(lambda t: t in SIMILAR_ATOMS),
         "ring": atoms, "branch": atoms, "bond": atoms[:-1] or where(lambda t: t in "=#"),
         "fragment": where(lambda t: t == "("),
     }
@@ -717,8 +717,7 @@ def smiles_edit(tokens: list[str], rng) -> list[str]:
         return tokens
     i = rng.choice(edits[kind])
     if kind == "atom":
-        others = [h for h in HALOGENS if h != tokens[i]] if tokens[i] in HALOGENS else list(SIMILAR_ATOMS[tokens[i]])
-        return tokens[:i] + [rng.choice(others)] + tokens[i + 1:]
+        return tokens[:i] + [rng.choice(SIMILAR_ATOMS[tokens[i]])] + tokens[i + 1:]
     if kind in ("ring", "branch"):
         present = where(str.isdigit) if kind == "ring" else where(lambda t: t in "()")
         if present and rng.random() < 0.5:

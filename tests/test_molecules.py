@@ -77,7 +77,7 @@ def test_smiles_noise_edits_a_few_tokens_and_rdkit_rejects_most():
     assert 0.08 < unchanged < 0.2 and 0.55 < rejected < 0.9 and other > 0.1
     changes = sorted(abs(len(n) - len(s)) for n, s in zip(noisy, clean))  # one or two tokens, or a branch
     assert changes[len(changes) // 2] <= 1 and changes[int(0.9 * len(changes))] <= 6
-    assert common.corrupt_smiles("", rng) in ("", "=")  # nothing to edit: nothing breaks
+    assert common.corrupt_smiles("", rng) == ""  # nothing to edit: nothing breaks
 
 
 def test_rdkit_judges_validity_and_the_molecule_not_its_spelling():
