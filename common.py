@@ -16,9 +16,9 @@ SPoC needs (its noise, test cases and error detector g) is in spoc.py.
 """
 
 import argparse
-import concurrent.futures
 import glob
 import io
+import itertools
 import json
 import math
 import os
@@ -1057,6 +1057,10 @@ def pick_device(name: str | None = None) -> torch.device:
         raise UsageError(f"--device {name}: this machine has {' and '.join(available)}")
     if device.type == "cuda":  # fp32 matrix products in TF32 on the GPU's tensor cores: as the bf16 runs, 8x faster
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        # Attention with a padding mask went to cuDNN, which builds an execution plan for every new (batch, length):
+        # 392 ms for a step on a shape seen for the first time, 19 ms again (an H100, torch 2.11). The
+        # memory-efficient kernel, next in line, needs no plan.
+        torch.backends.cuda.enable_cudnn_sdp(False)
     return device
 
 
@@ -1076,12 +1080,12 @@ def autocast(precision: str, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
-def batches(pairs: list, batch_size: int, rng: random.Random | None = None, pin: bool = False) -> list[tuple]:
+def batches(pairs: list, batch_size: int, rng: random.Random | None = None, length_multiple: int = 1) -> list[tuple]:
     """(src, tgt_in, tgt_out) padded LongTensors from (source ids, target ids) pairs. The decoder
     reads BOS + target and predicts target + EOS. Pairs of similar length share a batch, as in
     fairseq: unsorted batches are half padding, which the CPU pays for in full. With an rng, ties
-    are broken at random and the batches come in random order. pin: in page-locked memory, from which
-    a copy to the GPU does not make the host wait (non_blocking)."""
+    are broken at random and the batches come in random order. length_multiple: lengths padded up to a
+    multiple of it (a GPU's: fewer shapes, each aligned for its matrix units)."""
     order = list(range(len(pairs)))
     if rng is not None:
         rng.shuffle(order)
@@ -1092,23 +1096,73 @@ def batches(pairs: list, batch_size: int, rng: random.Random | None = None, pin:
     prepared = []
     for start in starts:
         chosen = [pairs[i] for i in order[start:start + batch_size]]
-        src = pad([s + [EOS_ID] for s, _ in chosen])
-        tgt = pad([[BOS_ID] + t + [EOS_ID] for _, t in chosen])
-        batch = src, tgt[:, :-1], tgt[:, 1:]
-        prepared.append(tuple(t.pin_memory() for t in batch) if pin else batch)
+        src = pad([s + [EOS_ID] for s, _ in chosen], length_multiple)
+        tgt = pad([[BOS_ID] + t + [EOS_ID] for _, t in chosen], length_multiple, extra=1)
+        prepared.append((src, tgt[:, :-1], tgt[:, 1:]))
     return prepared
 
 
 def device_batches(pairs: list, batch_size: int, device) -> list[tuple]:
     """A fixed set of batches (validation's) on the device, copied once."""
-    return [tuple(t.to(device) for t in batch) for batch in batches(pairs, batch_size)]
+    return [tuple(t.to(device) for t in batch) for batch in batches(pairs, batch_size, length_multiple=
+                                                                     length_multiple(device))]
 
 
-def pad(sequences: list[list[int]]) -> torch.Tensor:
-    out = torch.full((len(sequences), max(map(len, sequences))), PAD_ID, dtype=torch.long)
+def length_multiple(device) -> int:
+    """On a GPU, every batch's lengths are padded up to a multiple of 8: a few shapes, not one per batch, so that no
+    step pays for a shape seen for the first time, and bf16 matrix products aligned for the tensor cores. On the CPU
+    padding is work: none."""
+    return 8 if device.type == "cuda" else 1
+
+
+def validation_batch_size(pairs: list, batch_size: int, device) -> int:
+    """On a GPU, validation (and the denoiser's repair report) takes as many programs a batch as 2^16 tokens of the
+    longest hold: SansType's 500 val programs in one batch, one decoding instead of three. On the CPU, the run's own."""
+    longest = max(len(s) + len(t) for s, t in pairs) + 2
+    return max(batch_size, 2 ** 16 // longest) if device.type == "cuda" else batch_size
+
+
+def pad(sequences: list[list[int]], length_multiple: int = 1, extra: int = 0) -> torch.Tensor:
+    """(B, T) PAD-padded ids; T - extra rounded up to a multiple of length_multiple."""
+    longest = max(map(len, sequences)) - extra
+    out = torch.full((len(sequences), -(-longest // length_multiple) * length_multiple + extra), PAD_ID,
+                     dtype=torch.long)
     for row, ids in enumerate(sequences):
         out[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
     return out
+
+
+def epoch_loader(make_epoch: Callable, epochs: range, device):
+    """Each epoch's batches (make_epoch(epoch)), made in a worker process one epoch ahead of the training: the
+    denoiser's fresh corruptions are seconds of Python, and in a thread they would hold the interpreter's lock that
+    the training loop needs between its kernel launches (a 19 ms GPU step took 256 ms; a 15 ms CPU step 343 ms). The
+    worker is forked (make_epoch may be a closure), runs at the lowest priority (on 2 cores it takes only what the
+    training leaves idle) and sends each epoch as one flat tensor (pack_epoch): one piece of shared memory, pinned
+    once on a GPU, from which copies to the device do not make the host wait (non_blocking)."""
+    return torch.utils.data.DataLoader(
+        epochs, batch_size=None, collate_fn=lambda epoch: pack_epoch(make_epoch(epoch)), num_workers=1,
+        prefetch_factor=1, pin_memory=device.type == "cuda", multiprocessing_context="fork",
+        worker_init_fn=lambda _: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0)),
+        generator=torch.Generator())  # (its own: seeding the worker must not draw from the training's generator)
+
+
+def pack_epoch(epoch_batches: list[tuple]) -> tuple:
+    """An epoch's batches as (every id in one flat tensor, each batch's (rows, source length, target length))."""
+    flat = torch.cat([t.flatten() for src, tgt_in, tgt_out in epoch_batches
+                      for t in (src, torch.cat([tgt_in[:, :1], tgt_out], dim=1))])
+    return flat, torch.tensor([(len(src), src.shape[1], tgt_in.shape[1] + 1) for src, tgt_in, _ in epoch_batches])
+
+
+def unpack_epoch(packed: tuple) -> list[tuple]:
+    """The batches of pack_epoch, as (src, tgt_in, tgt_out) views of its flat tensor."""
+    flat, shapes = packed
+    epoch_batches, start = [], 0
+    for rows, source, target in shapes.tolist():
+        src = flat[start:start + rows * source].view(rows, source)
+        tgt = flat[start + rows * source:start + rows * (source + target)].view(rows, target)
+        epoch_batches.append((src, tgt[:, :-1], tgt[:, 1:]))
+        start += rows * (source + target)
+    return epoch_batches
 
 
 @torch.no_grad()
@@ -1137,7 +1191,7 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     loss_fn = loss_fn or (lambda model, src, tgt_in, tgt_out, smoothing:  # -log p(y | x) per target token
                           sequence_loss(model(src, tgt_in), tgt_out, smoothing))
     if validate is None:
-        val_batches = device_batches(val_pairs, args.batch_size, device)
+        val_batches = device_batches(val_pairs, validation_batch_size(val_pairs, args.batch_size, device), device)
         validate = lambda model: validation_loss(model, val_batches)  # noqa: E731
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay,
                                   fused=device.type == "cuda")  # one kernel for every weight's update
@@ -1146,15 +1200,14 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     state = last["state"] if last else {"epoch": 0, "best_loss": float("inf"), "best_epoch": 0, "history": []}
 
     def batches_of(epoch):  # random order and ties, the same for a seed's epoch whatever --epochs
-        pairs = train_pairs_for_epoch(epoch)
-        return batches(pairs, args.batch_size, random.Random(f"{args.seed}-batch order-{epoch}"),
-                       pin=device.type == "cuda")
+        return batches(train_pairs_for_epoch(epoch), args.batch_size, random.Random(f"{args.seed}-batch order-{epoch}"),
+                       length_multiple(device))
 
-    # The next epoch's batches are made in a thread while this epoch trains: the denoiser's fresh corruptions cost
-    # seconds of CPU, most of an epoch on a GPU.
-    background = concurrent.futures.ThreadPoolExecutor(1)
-    upcoming = background.submit(batches_of, state["epoch"] + 1)
-    total_steps = args.epochs * len(upcoming.result())  # (the schedule's length)
+    # Epochs state + 1 .. args.epochs, each made while the one before it trains (the first while nothing does).
+    upcoming = map(unpack_epoch, epoch_loader(batches_of, range(state["epoch"] + 1, args.epochs + 1), device))
+    first_batches = next(upcoming, [])
+    upcoming = itertools.chain([first_batches], upcoming)
+    total_steps = max(1, args.epochs * len(first_batches))  # the schedule's length (1: a resumed run that had ended)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, args, total_steps))
     if last:
         restore(last, model, optimizer, scheduler, device)
@@ -1164,26 +1217,24 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
         return {"config": asdict(model.config), "model": model.state_dict(), "args": vars(args), **extra, **more}
 
     while state["epoch"] < args.epochs and state["epoch"] - state["best_epoch"] < args.patience:
-        epoch = state["epoch"] + 1
-        epoch_batches = upcoming.result()
-        upcoming = background.submit(batches_of, epoch + 1) if epoch < args.epochs else None
+        epoch, started = state["epoch"] + 1, time.time()
         smoothing = label_smoothing_at(epoch, args.label_smoothing)
-        train_loss = train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, trainable, epoch,
+        train_loss = train_one_epoch(model, next(upcoming), optimizer, scheduler, args, device, trainable, epoch,
                                      lambda *batch: loss_fn(*batch, smoothing))
         with autocast(args.precision, device):
             val_loss = validate(model)
         state["epoch"] = epoch
-        state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss})
         improved = val_loss < state["best_loss"]
         if improved:
             state["best_loss"], state["best_epoch"] = val_loss, epoch
             save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=epoch))
         notes = on_epoch(model, epoch) if on_epoch else ""
-        print(f"epoch {epoch}: train loss {train_loss:.4f}, val loss {val_loss:.4f}"
-              f"{' (best)' if improved else ''}{notes}", file=sys.stderr, flush=True)
+        seconds = time.time() - started  # the epoch with its validation and reports
+        state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds})
+        print(f"epoch {epoch}: train loss {train_loss:.4f}, val loss {val_loss:.4f}{' (best)' if improved else ''}"
+              f"{notes}; {seconds:.1f} s", file=sys.stderr, flush=True)
         save_checkpoint(last_path, checkpoint(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
                                               state=state, rng=random_states(device)))
-    background.shutdown(cancel_futures=True)
     return state
 
 

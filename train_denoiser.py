@@ -29,7 +29,7 @@ PRESETS = {
     ("sanstype", "paper"): dict(
         d_model=256, n_heads=2, layers=3, d_ff=1024, dropout=0.4, attention_dropout=0.2, activation_dropout=0.2,
         batch_size=176, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7, precision="fp32",
-        epochs=50, patience=50, label_smoothing="0",
+        epochs=50, patience=50, label_smoothing="0", repair_every=10,
         corruption="code", error_detector="none", unlabeled=0),
     # An hour on 2 cores: ~16000 updates of 32 programs (the paper: ~6000 of 176) of a model a quarter of the
     # paper's, no attention or activation dropout (their random masks cost a quarter of a step). With the paper's
@@ -38,24 +38,24 @@ PRESETS = {
     ("sanstype", "cpu"): dict(
         d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.4, attention_dropout=0.0, activation_dropout=0.0,
         batch_size=32, lr=1e-3, lr_schedule="constant", warmup_steps=300, warmup_start_lr=0.0, precision="fp32",
-        epochs=25, patience=25, label_smoothing="0",
+        epochs=25, patience=25, label_smoothing="0", repair_every=1,
         corruption="code", error_detector="none", unlabeled=0),
     ("sanstype", "smoke"): dict(  # the tests
         d_model=32, n_heads=2, layers=1, d_ff=64, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
         batch_size=8, lr=1e-3, lr_schedule="constant", warmup_steps=5, warmup_start_lr=0.0, precision="fp32",
-        epochs=2, patience=2, label_smoothing="0",
+        epochs=2, patience=2, label_smoothing="0", repair_every=1,
         corruption="code", error_detector="none", unlabeled=64),
     # Appendix E: 5+5 layers, 8 heads, FLoRes's recipe; the authors' 9 epochs hold every program 4 times (clean
     # once, one corrupted line 3 times), 36 of ours, which corrupt 3 programs in 4 afresh every epoch.
     ("spoc", "paper"): dict(
         d_model=256, n_heads=8, layers=5, d_ff=1024, dropout=0.4, attention_dropout=0.2, activation_dropout=0.2,
         batch_size=90, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7, precision="fp32",
-        epochs=36, patience=36, label_smoothing="0.2:20,0.1:4,0.0",
+        epochs=36, patience=36, label_smoothing="0.2:20,0.1:4,0.0", repair_every=6,
         corruption="line", error_detector="compile", unlabeled=0),
     ("spoc", "cpu"): dict(  # sized for the full release's 11355 programs on 2 cores
         d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
         batch_size=32, lr=1e-3, lr_schedule="constant", warmup_steps=300, warmup_start_lr=0.0, precision="fp32",
-        epochs=4, patience=2, label_smoothing="0",
+        epochs=4, patience=2, label_smoothing="0", repair_every=1,
         corruption="line", error_detector="compile", unlabeled=0),
 }
 # Molecules (make_molecules.py): SansType's recipes with SMILES edits for noise. On 2 cores Pi trains 20 epochs of its
@@ -91,7 +91,8 @@ def parse_args(argv=None):
     parser.add_argument("--error-detector", choices=("compile", "none"),
                         help="Appendix E's g, stored with Pi: Pi leaves a program g passes as it is; compile (SPoC's "
                              "default): g passes programs that compile; none (SansType's): Pi repairs every program")
-    parser.add_argument("--repair-every", type=int, default=1, help="judge val repairs every N epochs (0: never)")
+    parser.add_argument("--repair-every", type=int, help="judge val repairs every N epochs (0: never; on a GPU the "
+                        "report costs as much as several epochs: the paper preset's is every 10th)")
     parser.add_argument("--repair-programs", type=int, default=100, help="how many val programs to repair")
     common.add_training_args(parser)
     args = common.parse_training_args(parser, argv, lambda dataset, known: PRESETS[dataset, known.preset],
@@ -107,6 +108,14 @@ def parse_args(argv=None):
     if args.unlabeled < 0 or args.repair_every < 0 or args.repair_programs < 1:
         parser.error("--unlabeled and --repair-every must not be negative, --repair-programs at least 1")
     return args
+
+
+def corrupted_pairs(programs: list[str], clean_ids: list, tokenizer, args, epoch: int) -> list[tuple]:
+    """Epoch `epoch`'s training pairs (corrupted ids, clean ids): every program corrupted afresh, the same for a
+    seed's epoch whatever else runs (common.fit makes them in a worker process)."""
+    rng = random.Random(f"{args.seed}-epoch{epoch}")
+    corrupt = CORRUPTIONS[args.corruption]
+    return list(zip(tokenizer.encode([corrupt(code, rng, args) for code in programs]), clean_ids))
 
 
 def main(argv=None):
@@ -139,15 +148,12 @@ def train(args):
     val_noisy = [corrupt(code, val_rng, args) for code in val]
     val_pairs = list(zip(tokenizer.encode(val_noisy), tokenizer.encode(val)))
 
-    def train_pairs(epoch):
-        rng = random.Random(f"{args.seed}-epoch{epoch}")
-        return list(zip(tokenizer.encode([corrupt(code, rng, args) for code in programs]), clean_ids))
-
     def report_repairs(model, epoch):
         if not args.repair_every or epoch % args.repair_every:
             return ""
         noisy, clean = val_noisy[:args.repair_programs], val[:args.repair_programs]
-        repaired = common.denoise(model, tokenizer, noisy, args.batch_size, error_free)
+        rows = common.validation_batch_size(val_pairs, args.batch_size, common.pick_device(args.device))
+        repaired = common.denoise(model, tokenizer, noisy, rows, error_free)
         exact = sum(r == c for r, c in zip(repaired, clean)) / len(clean)
         if spoc_cases:  # SPoC: the repairs judged on their problems' hidden test cases
             verdicts = judge.judge_spoc_programs(repaired, spoc_cases[:len(repaired)])
@@ -164,7 +170,8 @@ def train(args):
     print(f"denoiser: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
           f"{len(programs)} programs, {args.corruption} corruption, error detector {args.error_detector}, "
           f"{args.dataset} preset {args.preset}\nsettings: {common.settings(args)}", file=sys.stderr)
-    state = common.fit(model, train_pairs, val_pairs, args, args.out, extra, on_epoch=report_repairs)
+    state = common.fit(model, lambda epoch: corrupted_pairs(programs, clean_ids, tokenizer, args, epoch), val_pairs,
+                       args, args.out, extra, on_epoch=report_repairs)
     print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}) -> "
           f"{os.path.join(args.out, 'model.pt')}")
 

@@ -71,3 +71,9 @@ def test_every_documented_flag_exists():
         known.setdefault((script, subcommand), flags_of(script, subcommand))
         unknown = flags - known[script, subcommand]
         assert not unknown, f"{name}: python {script} {subcommand or ''} uses {sorted(unknown)}"
+
+
+def test_the_readme_shows_the_table_2_block_the_gpu_bench_runs():
+    """tests/bench_gpu.py times the README's Table 2 block for a GPU: the README must show exactly what it runs."""
+    import bench_gpu
+    assert bench_gpu.TABLE2_BLOCK in open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()

@@ -3,6 +3,7 @@ and evaluate.py decodes, denoises and judges their models."""
 import dataclasses
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -373,3 +374,51 @@ def test_resume_without_a_last_checkpoint_says_so(data, tmp_path):
                     "--epochs", "1", "--resume")
     assert result.returncode == 0, result.stderr
     assert f"there is no {tmp_path / 'last.pt'} yet, so this run starts at epoch 1" in result.stderr
+
+
+def denoiser_pairs(data):
+    """pairs(epoch): the denoiser's training pairs of an epoch (smoke preset), and its batch size."""
+    args = train_denoiser.parse_args(["--preset", "smoke", "--data", str(data), "--device", "cpu"])
+    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
+    programs = common.read_lines(str(data / "unlabeled.tgt")) + common.read_lines(str(data / "train.tgt"))
+    clean_ids = tokenizer.encode(programs)
+    return lambda epoch: train_denoiser.corrupted_pairs(programs, clean_ids, tokenizer, args, epoch), args.batch_size
+
+
+def test_the_worker_process_makes_each_epoch_as_this_process_would(data):
+    """common.fit's worker process (epoch_loader) hands over each epoch's batches byte for byte as made here: the same
+    corruption streams, so a run's results do not depend on where its epochs were made; and making them draws
+    nothing from the training's random generator (dropout, f's samples)."""
+    pairs, batch_size = denoiser_pairs(data)
+    make_epoch = lambda epoch: common.batches(pairs(epoch), batch_size, random.Random(epoch))  # noqa: E731
+    torch.manual_seed(0)
+    generator = torch.get_rng_state()
+    from_worker = [common.unpack_epoch(packed) for packed in common.epoch_loader(make_epoch, range(1, 4),
+                                                                                  torch.device("cpu"))]
+    assert torch.equal(torch.get_rng_state(), generator)
+    here = [make_epoch(epoch) for epoch in range(1, 4)]
+    assert [len(epoch) for epoch in from_worker] == [len(epoch) for epoch in here]
+    for theirs, ours in zip(from_worker, here):
+        for batch_theirs, batch_ours in zip(theirs, ours):
+            for a, b in zip(batch_theirs, batch_ours):
+                assert a.dtype == b.dtype == torch.long and a.shape == b.shape and torch.equal(a, b)
+    assert not torch.equal(here[0][0][0], here[1][0][0])  # fresh corruptions and order each epoch
+
+
+def test_padding_to_a_multiple_of_8_changes_no_loss(data):
+    """On a GPU, batches are padded to lengths that are multiples of 8 (common.length_multiple): a few shapes. The
+    padding is masked as keys and ignored as targets, so each batch's loss is the unpadded batch's."""
+    pairs, batch_size = denoiser_pairs(data)
+    tight, padded = (common.batches(pairs(1), batch_size, random.Random(0), multiple) for multiple in (1, 8))
+    torch.manual_seed(0)
+    model = common.Transformer(common.TransformerConfig(vocab_size=150, d_model=32, n_heads=2, encoder_layers=1,
+                                                        decoder_layers=1, d_ff=64)).eval()
+    assert len(tight) == len(padded)
+    for (src, tgt_in, tgt_out), (src8, tgt_in8, tgt_out8) in zip(tight, padded):
+        assert src8.shape[1] % 8 == tgt_in8.shape[1] % 8 == 0 and tgt_in8.shape == tgt_out8.shape
+        assert torch.equal(src8[:, :src.shape[1]], src) and torch.equal(tgt_out8[:, :tgt_out.shape[1]], tgt_out)
+        with torch.no_grad():
+            loss, loss8 = (common.sequence_loss(model(s, i), o) for s, i, o in ((src, tgt_in, tgt_out),
+                                                                              (src8, tgt_in8, tgt_out8)))
+        assert loss8.item() == pytest.approx(loss.item(), abs=1e-5)
+    assert any(src8.shape != src.shape for (src, _, _), (src8, _, _) in zip(tight, padded))  # some were padded

@@ -1,0 +1,279 @@
+"""The training side of the GPU path, measured by one command (under 8 minutes on one H100 at the paper preset):
+
+    python tests/bench_gpu.py                                  # a lent GPU: --preset paper, bf16 where it has it
+    python tests/bench_gpu.py --preset smoke --device cpu      # a dry run on 2 cores (tests/test_bench_gpu.py)
+    python tests/bench_gpu.py --preset cpu --device cpu --stages data,steps   # the step figures on the CPU
+
+Its stages, each timed, in a scratch folder (--work; default a new temporary one), cut when --budget runs out:
+  data      make_sanstype.py (--preset smoke: 60 labeled pairs, 200 unlabeled programs, 20 per evaluation split)
+  steps     a fresh denoiser of the preset's size trains in this process on epochs of fresh corruptions, made as
+            common.fit makes them (common.epoch_loader): every step of the second epoch timed, the slowest against
+            the median (the first epoch meets every shape first); steps while fit's worker process makes the next
+            epoch, and while a thread does (as fit did before), against the same steps alone; the same steps
+            under torch.compile(dynamic=True) against eager ones, and the seconds its compilation took
+  table2    the README's Table 2 block as written (TABLE2_BLOCK, P set to this preset and device), phase by phase:
+            the denoiser Pi (its first epoch and a later one, from its last.pt), the four runs of seeds 0-2 side by
+            side, every evaluation and the table; each run's epochs, best epoch and seconds
+  composed  tests/bench_composed.py on the block's Pi and seed 0's standard run (if the block did not get that far,
+            a standard run of one epoch): a composed step against a standard one, greedy decoding of the test
+            split, a composed epoch with its validation
+Last line, name=value pairs: device, slowest_step_vs_median, step_while_next_epoch_vs_alone,
+step_while_next_epoch_in_thread_vs_alone, compiled_step_vs_eager, compile_s, pi_first_epoch_s, pi_epoch_s, pi_s,
+composed_step_vs_standard, composed_epoch_s, greedy_test_s, table2_block_s (each where its stage ran; the block's
+where all of it finished within the budget).
+"""
+import argparse
+import concurrent.futures
+import itertools
+import os
+import random
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import common  # noqa: E402
+import train_denoiser  # noqa: E402
+
+# The README's Table 2 block for one GPU (tests/test_docs.py checks that the README shows exactly this). Its phases
+# are separated by blank lines; the bench makes the data itself (stage data) and sets P.
+TABLE2_BLOCK = """\
+P="--preset paper --precision auto"
+python make_sanstype.py && python train_denoiser.py $P
+
+for s in 0 1 2; do (python finetune.py --method baseline $P --seed $s --out runs/baseline_$s
+  python finetune.py --method standard $P --seed $s --out runs/standard_$s
+  python finetune.py --method composed $P --seed $s --init runs/standard_$s/model.pt --out runs/composed_$s
+  python finetune.py --method composed $P --seed $s --init runs/standard_$s/model.pt --composed-weight 0 --out runs/control_$s
+) & done; wait
+
+for r in runs/{baseline,standard}_?; do (python evaluate.py $r/model.pt; python evaluate.py $r/model.pt --denoiser runs/denoiser/model.pt) & done
+for r in runs/{composed,control}_?; do (python evaluate.py $r/model.pt; python evaluate.py $r/model.pt --denoiser none) & done; wait
+python evaluate.py --table runs/*/
+"""
+SMOKE_DATA = ["--labeled", "60", "--unlabeled", "200", "--num-eval", "20"]
+
+
+def wait(device):
+    """The device's queued work done: a GPU runs behind the host, and a timing must include its work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class Deadline:
+    def __init__(self, seconds: float):
+        self.end = time.time() + seconds
+
+    def left(self) -> float:
+        return self.end - time.time()
+
+
+def run(command: list[str] | str, work: str, log: str, deadline: Deadline) -> float | None:
+    """Wall seconds of a command (a list: a program; a string: a bash script) run in `work`, its output into `log`;
+    None if the deadline came first (it is then stopped, with every process it started)."""
+    start = time.time()
+    with open(log, "w") as out:  # one thread a process unless told otherwise: the block runs many side by side
+        process = subprocess.Popen(["bash", "-c", command] if isinstance(command, str) else command, cwd=work,
+                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env={"OMP_NUM_THREADS": "1", **os.environ})
+        try:
+            process.wait(timeout=max(deadline.left(), 1))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return None
+    if process.returncode:
+        raise SystemExit(f"bench_gpu.py: {command if isinstance(command, str) else shlex.join(command)} failed "
+                         f"(exit {process.returncode}); its output: {log}")
+    return time.time() - start
+
+
+def step_figures(data: str, args) -> dict:
+    """Stage steps: see the docstring."""
+    flags = train_denoiser.parse_args(["--data", data, "--preset", args.preset, "--precision", "auto",
+                                       "--out", os.path.join(args.work, "steps")] + ["--device", args.device] * bool(
+                                           args.device))
+    device = common.pick_device(flags.device)
+    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(data))
+    programs = common.read_lines(os.path.join(data, "unlabeled.tgt")) + \
+        common.read_lines(os.path.join(data, "train.tgt"))
+    clean_ids = tokenizer.encode(programs)
+
+    def make_epoch(epoch):  # as common.fit's batches_of
+        pairs = train_denoiser.corrupted_pairs(programs, clean_ids, tokenizer, flags, epoch)
+        return common.batches(pairs, flags.batch_size, random.Random(epoch), common.length_multiple(device))
+
+    start = time.perf_counter()
+    make_epoch(0)
+    making_s = time.perf_counter() - start
+    torch.manual_seed(0)
+    model = common.Transformer(common.config_from_args(flags, tokenizer.get_piece_size())).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), fused=device.type == "cuda")
+
+    def steps(net, epoch_batches) -> list[float]:  # each step's seconds, its device work included
+        times = []
+        for batch in epoch_batches:
+            start = time.perf_counter()
+            src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in batch)
+            with common.autocast(flags.precision, device):
+                loss = common.sequence_loss(net(src, tgt_in), tgt_out)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            wait(device)
+            times.append(time.perf_counter() - start)
+        return times
+
+    # As common.fit: one worker for the run makes epoch 1, then each next epoch while the one before it trains.
+    upcoming = map(common.unpack_epoch, common.epoch_loader(make_epoch, range(1, 4), device))
+    first = next(upcoming)
+    first_times = steps(model, first[:args.max_steps])  # shapes met first; the worker makes epoch 2
+    second = next(upcoming)
+    second_times = steps(model, second[:args.max_steps])  # the worker makes epoch 3
+    next(upcoming)  # (the worker is done)
+    median = statistics.median(second_times)
+    print(f"steps: {flags.preset} preset, {flags.precision}, batch {flags.batch_size}; epoch 1 (shapes met first): "
+          f"{len(first_times)} steps, median {1000 * statistics.median(first_times):.1f} ms, slowest "
+          f"{1000 * max(first_times):.1f} ms; epoch 2: median {1000 * median:.1f} ms, slowest "
+          f"{1000 * max(second_times):.1f} ms; making an epoch in this process: {making_s:.2f} s", flush=True)
+
+    # Epoch 2's first steps, those that took half the time making an epoch takes in this process (the worker was
+    # still at work through them), against the same steps again alone, and while a thread makes an epoch.
+    during = max(5, sum(1 for end in itertools.accumulate(second_times) if end < making_s / 2))
+    alone = statistics.median(steps(model, second[:during]))
+    thread = concurrent.futures.ThreadPoolExecutor(1)
+    making = thread.submit(make_epoch, 4)
+    with_thread = statistics.median(steps(model, second[:during]))
+    making.result()
+    with_worker = statistics.median(second_times[:during])
+    print(f"epoch 2's first {during} steps, while the worker made epoch 3: median {1000 * with_worker:.1f} ms; the same "
+          f"steps alone: {1000 * alone:.1f} ms; while a thread makes an epoch: {1000 * with_thread:.1f} ms", flush=True)
+    figures = {"slowest_step_vs_median": max(second_times) / median, "step_while_next_epoch_vs_alone":
+               with_worker / alone, "step_while_next_epoch_in_thread_vs_alone": with_thread / alone}
+
+    if args.compile:
+        compiled = torch.compile(model, dynamic=True)
+        start = time.perf_counter()
+        steps(compiled, first[:1])
+        compile_s = time.perf_counter() - start
+        steps(compiled, second[:during])  # shapes of another kind may compile again
+        compiled_median = statistics.median(steps(compiled, second[:during]))
+        print(f"torch.compile(dynamic=True): the first step {compile_s:.1f} s, then median "
+              f"{1000 * compiled_median:.1f} ms ({compiled_median / alone:.2f}x eager)", flush=True)
+        figures.update(compiled_step_vs_eager=compiled_median / alone, compile_s=compile_s)
+    return figures
+
+
+def table2(args, deadline: Deadline) -> dict:
+    """Stage table2: the README's block, phase by phase, until the deadline; what each run did, from its last.pt."""
+    P = f"--preset {args.preset} --precision auto" + f" --device {args.device}" * bool(args.device)
+    python = f"{shlex.quote(sys.executable)} {shlex.quote(ROOT)}/"
+    phases = TABLE2_BLOCK.replace("python make_sanstype.py && ", "").replace("python ", python).split("\n\n")
+    phases[0] = phases[0].replace('P="--preset paper --precision auto"', f'P="{P}"')
+    figures, total = {}, 0.0
+    for number, (name, phase) in enumerate(zip(("denoiser", "seeds", "evaluations"), phases)):
+        script = ("set -e\n" if number == 0 else f'P="{P}"\n') + phase
+        seconds = run(script, args.work, os.path.join(args.work, f"table2_{name}.log"), deadline)
+        print(f"table2 {name}: " + (f"{seconds:.0f} s" if seconds is not None else "cut by the budget"), flush=True)
+        if name == "denoiser":
+            history = run_history(os.path.join(args.work, "runs", "denoiser"))
+            if len(history) >= 2:
+                figures.update(pi_first_epoch_s=history[0]["seconds"], pi_epoch_s=statistics.median(
+                    h["seconds"] for h in history[1:]), pi_s=sum(h["seconds"] for h in history))
+        if seconds is None:
+            break
+        total += seconds
+    else:
+        figures["table2_block_s"] = total
+        log = open(os.path.join(args.work, "table2_evaluations.log")).read()
+        print(log[log.rindex("\nrun ") + 1:].strip(), flush=True)  # the table, after every evaluation's own lines
+    for run_dir in sorted(os.listdir(os.path.join(args.work, "runs"))):
+        history = run_history(os.path.join(args.work, "runs", run_dir))
+        if history:
+            best = min(history, key=lambda h: h["val_loss"])
+            print(f"  {run_dir}: {len(history)} epochs in {sum(h['seconds'] for h in history):.0f} s, best epoch "
+                  f"{best['epoch']} (val loss {best['val_loss']:.4f})", flush=True)
+    return figures
+
+
+def run_history(run_dir: str) -> list[dict]:
+    last = os.path.join(run_dir, "last.pt")
+    return common.load_checkpoint(last, needs=("state",))["state"]["history"] if os.path.exists(last) else []
+
+
+def composed_figures(data: str, args, deadline: Deadline) -> dict:
+    """Stage composed: tests/bench_composed.py on the block's Pi and seed 0's standard run."""
+    denoiser, init = (os.path.join(args.work, "runs", name, "model.pt") for name in ("denoiser", "standard_0"))
+    if not os.path.exists(denoiser):
+        print("composed: no denoiser (the budget ended the block before it finished)")
+        return {}
+    device = ["--device", args.device] if args.device else []
+    if not os.path.exists(init):
+        init = os.path.join(args.work, "standard_1_epoch", "model.pt")
+        print("composed: seed 0's standard run did not finish; a standard run of one epoch stands for it", flush=True)
+        run([sys.executable, os.path.join(ROOT, "finetune.py"), "--method", "standard", "--preset", args.preset,
+             "--data", data, "--denoiser", denoiser, "--epochs", "1", "--out", os.path.dirname(init), *device],
+            args.work, os.path.join(args.work, "standard_1_epoch.log"), deadline)
+    flags = train_denoiser.parse_args(["--data", data, "--preset", args.preset, "--precision", "auto"] + device)
+    log = os.path.join(args.work, "bench_composed.log")
+    seconds = run([sys.executable, os.path.join(ROOT, "tests", "bench_composed.py"), "--data", data, "--init", init,
+                   "--denoiser", denoiser, "--batch-size", str(flags.batch_size), "--precision", flags.precision,
+                   "--estimates", "2", "--share-batches", "1", "--denoiser-batches", "1", *device], args.work, log,
+                  deadline)
+    if seconds is None:
+        print("composed: cut by the budget")
+        return {}
+    summary = open(log).read().strip().splitlines()
+    print("composed: " + "\n  ".join(summary[-6:]), flush=True)
+    pairs = dict(pair.split("=") for pair in summary[-1].split())
+    wanted = ("composed_step_vs_standard", "composed_epoch_s", "greedy_test_s")
+    return {name: float(value) for key, value in pairs.items() for name in wanted if key in (name, name + "_cuda")}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=("paper", "cpu", "smoke"), default="paper")
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
+    parser.add_argument("--stages", default="data,steps,table2,composed", help="which stages, in this order")
+    parser.add_argument("--budget", type=float, default=450, help="seconds for every stage together")
+    parser.add_argument("--max-steps", type=int, default=300, help="steps timed an epoch, at most")
+    parser.add_argument("--no-compile", dest="compile", action="store_false", help="steps: skip torch.compile")
+    parser.add_argument("--work", help="the scratch folder (default: a new temporary one)")
+    args = parser.parse_args()
+    stages = args.stages.split(",")
+    if not set(stages) <= {"data", "steps", "table2", "composed"}:
+        parser.error(f"--stages {args.stages}: data, steps, table2, composed")
+    deadline = Deadline(args.budget)
+    args.work = args.work or tempfile.mkdtemp(prefix="bench_gpu-")
+    os.makedirs(args.work, exist_ok=True)
+    device = common.pick_device(args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"bench_gpu: {name}, torch {torch.__version__}, preset {args.preset}, work folder {args.work}", flush=True)
+    data = os.path.join(args.work, "data", "sanstype")
+    figures = {}
+    started = time.time()
+    for stage in stages:
+        if stage == "data":
+            seconds = run([sys.executable, os.path.join(ROOT, "make_sanstype.py")] + SMOKE_DATA * (
+                args.preset == "smoke"), args.work, os.path.join(args.work, "data.log"), deadline)
+            print(f"data: {seconds:.0f} s", flush=True)
+        elif stage == "steps":
+            figures.update(step_figures(data, args))
+        elif stage == "table2":
+            figures.update(table2(args, deadline))
+        else:
+            figures.update(composed_figures(data, args, deadline))
+        print(f"({stage} done at {time.time() - started:.0f} s)", flush=True)
+    print(f"device={name.replace(' ', '_')} " + " ".join(f"{key}={value:.2f}" for key, value in figures.items()))
+
+
+if __name__ == "__main__":
+    main()
