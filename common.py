@@ -1409,8 +1409,15 @@ def parse_training_args(parser, argv, preset_of, run_folder):
 
 
 def settings(args) -> str:
-    """Every value a run uses, as its checkpoint's args hold them (None: a flag this run does not use)."""
-    return ", ".join(f"{name}={value}" for name, value in sorted(vars(args).items()) if value is not None)
+    """Every value a run uses, as its checkpoint's args hold them (None: a flag this run does not use), and the device
+    it runs on."""
+    values = {**vars(args), "device": device_name(pick_device(args.device))}
+    return ", ".join(f"{name}={value}" for name, value in sorted(values.items()) if value is not None)
+
+
+def device_name(device: torch.device) -> str:
+    """cpu, or the GPU's name too: cuda:0 (NVIDIA H100 80GB HBM3)."""
+    return f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
 
 
 def config_from_args(args, vocab_size: int) -> TransformerConfig:

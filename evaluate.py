@@ -25,6 +25,8 @@ import glob
 import json
 import math
 import os
+import re
+import statistics
 import sys
 
 from PIL import Image, ImageDraw, ImageFont
@@ -82,6 +84,16 @@ def default_splits(data: str) -> str:
     return ",".join(splits)
 
 
+def check_splits(data: str, splits: str, flag: str) -> list[str]:
+    """The splits a comma-separated list names, each checked before any work: one the data folder lacks is one line."""
+    have = sorted(name[:-len(".src")] for name in os.listdir(data) if name.endswith(".src"))
+    missing = [split for split in splits.split(",") if split not in have]
+    if missing:
+        raise common.UsageError(f"{flag} {splits}: {data} has no {', '.join(missing)} split (it has "
+                                f"{', '.join(have)})")
+    return splits.split(",")
+
+
 def load_judge(data: str, split: str):
     """(how many programs the split has, a function from programs to their verdicts). A SPoC split has its
     problems' test cases ({split}.cases.jsonl); a SansType split one stdin and gold output per program
@@ -132,6 +144,7 @@ def judge_predictions(args):
     """--predictions mode: judge a file of programs against a split."""
     if not os.path.isfile(args.predictions):
         raise common.UsageError(f"missing predictions file: {args.predictions}")
+    check_splits(args.data, args.split, "--split")
     programs = common.read_lines(args.predictions)
     common.check_output_file(args.predictions + ".verdicts.jsonl", "--predictions")  # the verdicts go beside it
     if args.json:
@@ -165,6 +178,7 @@ def evaluate_model(args):
     """Model mode: decode every split greedily, denoise (given --denoiser, or a composed model's
     own denoiser), judge, write, print."""
     spm = common.read_tokenizer_bytes(args.data)
+    splits = check_splits(args.data, args.splits or default_splits(args.data), "--splits")
     model, checkpoint = common.load_model(args.model, spm, args.data, "predictor")
     tokenizer = common.load_tokenizer(spm)
     device = common.pick_device(args.device)
@@ -186,9 +200,10 @@ def evaluate_model(args):
     dataset, authors_splits = manifest["dataset"], manifest.get("authors_splits", [])  # (make_sanstype --released)
     folder = os.path.dirname(args.model)
     common.check_writable(folder, "the model's folder")  # its evaluations go beside it
+    print(f"{args.model} on {common.device_name(device)}", file=sys.stderr)
     print(TABLE_HEADER)
 
-    for split in (args.splits or default_splits(args.data)).split(","):
+    for split in splits:
         sources = common.read_lines(os.path.join(args.data, f"{split}.src"))
         _, judge_split = load_judge(args.data, split)
         base = common.translate(model, tokenizer, sources, args.batch_size, progress=True)
@@ -204,10 +219,19 @@ def evaluate_model(args):
                        deep=checkpoint.get("deep", False),
                        preset=checkpoint["args"].get("preset"), corruption=corruption, denoised=bool(denoiser),
                        split=split, authors_split=split in authors_splits, model=args.model,
-                       denoiser=args.denoiser or ("(its own)" if denoiser else None))
+                       denoiser=args.denoiser or ("(its own)" if denoiser else None),
+                       seed=checkpoint["args"].get("seed"), settings=run_settings(checkpoint["args"]))
         with open(os.path.join(folder, name + ".json"), "w") as f:
             json.dump(summary, f, indent=1)
-        print(table_row(summary, None))
+        print(table_row([{**summary, "run": os.path.basename(folder)}], None))
+
+
+def run_settings(args: dict) -> dict:
+    """What a run trained with but its seed, device and its own paths: runs that differ only by seed share these."""
+    return {name: value for name, value in sorted(args.items()) if name not in NOT_SETTINGS}
+
+
+NOT_SETTINGS = ("seed", "device", "out", "init", "resume", "overwrite")  # (init: a seed's own standard run)
 
 
 def show(x) -> str:
@@ -221,27 +245,67 @@ def relative(accuracy, standard_accuracy):
     return 100 * (accuracy - standard_accuracy) / standard_accuracy
 
 
-def table_row(s: dict, standard: dict | None) -> str:
+def table_row(group: list[dict], standard: list[dict] | None) -> str:
+    """One row of the table for a run, or for runs that differ only by seed (their mean ± std)."""
+    s = group[0]
     paper = paper_numbers(s)
     paper_standard = PAPER_TABLES.get(("standard", False, False, s["split"]), (None, None))
-    ours = relative(100 * s["accuracy"], standard and 100 * standard["accuracy"])
-    method = s["method"]
-    run = s.get("run") or os.path.basename(os.path.dirname(s["model"]))  # the folder it was found in, if any
-    return (f"{run:<25} {method:<25} {s.get('preset') or '?':<6} {s['corruption'] or '-':<6} {str(s['layers']):>6} "
-            f"{'Y' if s['denoised'] else 'N':>4} {s['split'] + '*' * s.get('authors_split', False):<5} {s['n']:>5} "
-            f"{100 * s['compiled']:8.1f} {100 * s['accuracy']:8.1f} {show(ours):>8}   "
+    ours = relative(mean(group, "accuracy"), standard and mean(standard, "accuracy"))
+    return (f"{group_label(group):<25} {s['method']:<25} {s.get('preset') or '?':<6} {s['corruption'] or '-':<6} "
+            f"{str(s['layers']):>6} {'Y' if s['denoised'] else 'N':>4} {s['split'] + '*' * s.get('authors_split', False):<5} "
+            f"{s['n']:>5} {len(group):>5} {spread([100 * r['compiled'] for r in group]):>12} "
+            f"{spread([100 * r['accuracy'] for r in group]):>12} {show(ours):>8}   "
             f"{show(paper[0])} {show(paper[1])} {show(relative(paper[1], paper_standard[1])):>8}")
 
 
+def mean(group: list[dict], key: str) -> float:
+    return 100 * statistics.mean(r[key] for r in group)
+
+
+def spread(values: list[float], sign: str = "") -> str:
+    """mean ± std (the sample's, over seeds), or the one value."""
+    if len(values) == 1:
+        return f"{values[0]:{sign}.1f}"
+    return f"{statistics.mean(values):{sign}.1f} ± {statistics.stdev(values):.1f}"
+
+
+def group_label(group: list[dict]) -> str:
+    """The runs' folder names: baseline_{0,1,2} for baseline_0, baseline_1, baseline_2."""
+    names = [r["run"] for r in group]
+    stems = {re.sub(r"\d+$", "", name) for name in names}
+    if len(names) == 1 or len(stems) > 1:
+        return ",".join(names)
+    stem = stems.pop()
+    return f"{stem}{{{','.join(name[len(stem):] for name in names)}}}"
+
+
+def by_seed(summaries: list[dict]) -> list[list[dict]]:
+    """Runs that differ only by seed (the same method, settings, split, test-time denoiser, ...), together, in the
+    order of their seeds. An evaluation made before evaluate.py recorded seeds stays alone."""
+    groups = {}
+    for s in summaries:
+        key = tuple(str(s.get(name)) for name in ("dataset", "method", "layers", "deep", "preset", "corruption",
+                                                   "denoised", "split", "authors_split", "denoiser"))
+        key += (json.dumps(s["settings"], sort_keys=True),) if "settings" in s else (s["run"],)
+        groups.setdefault(key, []).append(s)
+    return [sorted(group, key=lambda s: s.get("seed") or 0) for group in groups.values()]
+
+
 TABLE_HEADER = (f"{'run':<25} {'method':<25} {'preset':<6} {'Pi':<6} {'layers':>6} {'Pi?':>4} {'split':<5} "
-                f"{'n':>5} {'compiled':>8} {'accuracy':>8} {'relative':>8}   paper: compiled accuracy relative\n"
+                f"{'n':>5} {'seeds':>5} {'compiled':>12} {'accuracy':>12} {'relative':>8}   "
+                "paper: compiled accuracy relative\n"
                 "(Pi: the noise the denoiser learned to undo; Pi?: Y where the outputs are Pi(f(x)); n: programs "
-                "judged; compiled (molecules: valid, RDKit reads the SMILES), accuracy: % of them; relative: accuracy "
+                "judged; seeds: runs that differ only by their seed, whose mean ± std (the sample's) a row shows; "
+                "compiled (molecules: valid, RDKit reads the SMILES), accuracy: % of them; relative: accuracy "
                 "relative to standard fine-tuning's on the split, in %, as the paper's Table 2; layers: "
                 "encoder+decoder, --layers each (the paper counts both: its 6 layers are 3+3); split*: the authors' "
                 "own programs, make_sanstype.py --released)")
 METHOD_ORDER = ("baseline", "standard", "composed", "bart", "composed+bart", "backtranslation",
                 "composed+backtranslation")
+# The paired rows of the README's Table 2: (row, the row it is compared with), a row being (method, Pi?).
+PAIRED = [(("standard", False), ("baseline", False)), (("baseline", True), ("baseline", False)),
+          (("standard", True), ("standard", False)), (("composed", True), ("standard", False)),
+          (("composed", True), ("standard", True))]
 
 
 def is_predictor(path: str) -> bool:
@@ -249,8 +313,9 @@ def is_predictor(path: str) -> bool:
 
 
 def print_table(args):
-    """One row per eval_*.json found; Relative is the accuracy relative to our standard fine-tuning
-    (code-based denoiser, no test-time denoiser, same split), as the paper's Table 2 computes it."""
+    """One row per run, or per runs that differ only by seed (mean ± std); Relative is the accuracy relative to our
+    standard fine-tuning (code-based denoiser, no test-time denoiser, same split), as the paper's Table 2 computes
+    it. Then the paired rows (PAIRED): per seed, one row minus another, over the seeds both have."""
     summaries, unevaluated = [], []
     for folder in args.table:
         paths = sorted(glob.glob(os.path.join(folder, "eval_*.json")))
@@ -261,19 +326,50 @@ def print_table(args):
                 summaries.append({**json.load(f), "run": os.path.basename(os.path.normpath(folder))})
     if not summaries:
         raise common.UsageError(f"no eval_*.json in {' '.join(args.table)}: run evaluate.py on a model first")
-    standard = {}  # per split, the first standard run in the order of the folders given (a sweep may hold more)
-    for s in summaries:
-        if (s["method"], s["deep"], s["denoised"]) == ("standard", False, False) and \
-                s["corruption"] in ("code", "line"):  # SansType's denoiser, or SPoC's
-            standard.setdefault(s["split"], s)
-    print(TABLE_HEADER)
     rank = lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)  # noqa: E731
     order = lambda s: (s["split"] != "test", s["split"], s["corruption"] == "random", rank(s["method"]),  # noqa: E731
-                       str(s["layers"]), s["denoised"], s["model"])
-    for s in sorted(summaries, key=order):
-        print(table_row(s, standard.get(s["split"])))
+                       str(s["layers"]), s["denoised"], s["run"])
+    groups = sorted(by_seed(summaries), key=lambda group: order(group[0]))
+    standard = {}  # per split, the first standard run in the order of the folders given (a sweep may hold more)
+    for group in sorted(groups, key=lambda group: summaries.index(group[0])):
+        s = group[0]
+        if (s["method"], s["deep"], s["denoised"]) == ("standard", False, False) and \
+                s["corruption"] in ("code", "line"):  # SansType's denoiser, or SPoC's
+            standard.setdefault(s["split"], group)
+    print(TABLE_HEADER)
+    for group in groups:
+        print(table_row(group, standard.get(group[0]["split"])))
+    paired = [paired_row(a, b) for a in groups for b in groups if comparable(a[0], b[0])]
+    if any(paired):
+        print(f"\npaired, per seed: a row minus another, over the seeds both have (mean ± std)\n"
+              f"{'split':<5} {'run':<30} {'minus':<30} {'seeds':>5} {'compiled':>12} {'accuracy':>12}")
+        print("\n".join(row for row in paired if row))
     if unevaluated:
         print(f"not evaluated (no eval_*.json): {' '.join(unevaluated)}", file=sys.stderr)
+
+
+def comparable(a: dict, b: dict) -> bool:
+    """Rows PAIRED compares: a pair of its kinds, the same data, preset, size and split, and the same denoiser's
+    noise where both have one (standard from Table 5's Pi is not compared with composed through the code Pi)."""
+    same = all(a.get(key) == b.get(key) for key in ("dataset", "preset", "layers", "split", "authors_split"))
+    noise = a["corruption"] is None or b["corruption"] is None or a["corruption"] == b["corruption"]
+    return same and noise and ((a["method"], a["denoised"]), (b["method"], b["denoised"])) in PAIRED
+
+
+def paired_row(a: list[dict], b: list[dict]) -> str | None:
+    """a minus b, seed by seed, over the seeds both have (None where they share none)."""
+    b_of = {s["seed"]: s for s in b if s.get("seed") is not None}
+    pairs = [(s, b_of[s["seed"]]) for s in a if s.get("seed") in b_of]
+    if not pairs:
+        return None
+    compiled, accuracy = ([100 * (x[key] - y[key]) for x, y in pairs] for key in ("compiled", "accuracy"))
+    return (f"{a[0]['split']:<5} {row_name(a):<30} {row_name(b):<30} {len(pairs):>5} {spread(compiled, '+'):>12} "
+            f"{spread(accuracy, '+'):>12}")
+
+
+def row_name(group: list[dict]) -> str:
+    """The runs, and + Pi where a test-time denoiser repaired their outputs (a composed run's is its own)."""
+    return group_label(group) + (" + Pi" if group[0]["denoised"] and group[0]["method"] != "composed" else "")
 
 
 CURVE_COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14), (140, 86, 75),

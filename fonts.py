@@ -357,7 +357,8 @@ def cmd_denoiser(args):
     val_in = to_float(corrupt_batch(val_clean, args.corruption, np.random.default_rng(1))).to(device)
     val_out = to_float(val_clean).to(device)
     print(f"denoiser: {len(unlabeled)} unlabeled fonts + {len(train)} training images = "
-          f"{len(clean)} clean images; corruption {args.corruption}; {args.steps} steps of {args.batch_size}")
+          f"{len(clean)} clean images; corruption {args.corruption}; {args.steps} steps of {args.batch_size}; on "
+          f"{common.device_name(device)}")
     pi = UNet(width=args.width, dropout=args.unet_dropout).to(device)
     opt = adam(pi.parameters(), args.lr)
     log = common.Progress(args.steps, "denoiser steps", every_seconds=0)   # a line every --log-every steps
@@ -424,7 +425,7 @@ def cmd_train(args):
                   f"run's split {split_args(args)} (its own: {pi_ckpt['split']})")
         pi = build_denoiser(pi_ckpt).to(device)
     print(f"{args.method}: {len(split['labeled'])} fonts, {len(data['train'][2])} train / "
-          f"{len(data['val'][2])} val examples; L2 grid {args.l2}")
+          f"{len(data['val'][2])} val examples; L2 grid {args.l2}; on {common.device_name(device)}")
     results, best = {}, (math.inf, None, None)
     for l2 in args.l2:   # tune the L2 strength on the validation set
         val, model = train_predictor(args, len(split["labeled"]), data, pi, l2, device)

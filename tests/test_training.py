@@ -54,6 +54,7 @@ def test_denoiser_learns_and_its_checkpoint_stands_alone(denoiser):
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert "% compile" in log and "ETA" in log
     assert "denoiser: " in log and " 64 programs" in log  # the smoke preset's first 64 of the 100
+    assert ", device=cpu," in log.split("settings: ")[1].splitlines()[0]  # where it ran, though --device was not given
     checkpoint = common.load_checkpoint(str(path))
     assert checkpoint["role"] == "denoiser" and checkpoint["best_val_loss"] > 0
     model = common.model_from_checkpoint(checkpoint)  # needs nothing but the file
@@ -185,6 +186,7 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
     for extra in ([], ["--denoiser", denoiser[0]]):
         result = script("evaluate.py", tmp_path / "model.pt", "--data", data, "--splits", "test", *extra)
         assert result.returncode == 0, result.stderr
+        assert f"{tmp_path / 'model.pt'} on cpu" in result.stderr.splitlines()
         header, legend, row = result.stdout.splitlines()  # the table's header and legend, then the row
         assert header.split()[:2] == ["run", "method"] and legend.startswith("(Pi: ")
         assert row.split()[:3] == [tmp_path.name, "standard", "smoke"] and row.split()[7] == "8"  # preset, programs
@@ -203,7 +205,9 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
     colors = {color for _, color in Image.open(tmp_path / "curves.png").getcolors(10 ** 6)}
     assert set(evaluate.CURVE_COLORS[:2]) <= colors  # a line per run
     table = script("evaluate.py", "--table", tmp_path, unevaluated, denoiser[0].parent)  # (a denoiser needs none)
-    assert table.returncode == 0 and len(table.stdout.strip().splitlines()) == 4  # only the table: `> table.txt`
+    lines = table.stdout.strip().splitlines()  # only the table (`> table.txt`): its header, legend and two rows,
+    assert table.returncode == 0 and len(lines[:lines.index("")]) == 4  # then Pi's gain on the run, paired
+    assert lines[-1].split() == ["test", tmp_path.name, "+", "Pi", tmp_path.name, "1"] + lines[-1].split()[6:]
     assert table.stderr.strip().endswith(f"not evaluated (no eval_*.json): {unevaluated}")
 
 
@@ -221,7 +225,40 @@ def test_the_table_measures_relative_accuracy_against_the_first_standard_run(tmp
     evaluate.main(["--table", str(tmp_path / "runs/standard"), str(tmp_path / "runs/composed"),
                    str(tmp_path / "sweep/standard_small")])
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
-    assert rows["composed"][10] == "50.0" and rows["standard"][10] == "0.0" and rows["standard_small"][10] == "-50.0"
+    assert rows["composed"][11] == "50.0" and rows["standard"][11] == "0.0" and rows["standard_small"][11] == "-50.0"
+
+
+def test_the_table_aggregates_seeds_and_pairs_them(tmp_path, capsys):
+    """Runs that differ only by seed are one row, mean ± std (the sample's) with their number; paired rows subtract
+    seed by seed. Fabricated from the per-seed test accuracies behind the README's Table 2 (EXPERIMENTS.md)."""
+    accuracies = {("baseline", False): [34.2, 41.4, 34.2], ("standard", False): [48.4, 46.2, 48.0],
+                  ("standard", True): [48.0, 46.8, 47.4], ("composed", True): [48.4, 48.0, 50.6]}
+    for (method, denoised), values in accuracies.items():
+        for seed, accuracy in enumerate(values):
+            folder = tmp_path / f"{method}_{seed}"
+            os.makedirs(folder, exist_ok=True)
+            settings = {"method": method, "lr": 1e-4 if method == "composed" else 1e-3, "preset": "cpu"}
+            row = {"method": method, "deep": False, "denoised": denoised, "corruption": None if method == "baseline"
+                   else "code", "layers": "2+2", "split": "test", "n": 500, "compiled": 0.5 + seed / 100,
+                   "accuracy": accuracy / 100, "model": f"{folder}/model.pt", "seed": seed, "settings": settings}
+            json.dump(row, open(folder / f"eval_test{'_denoised' * (denoised and method != 'composed')}.json", "w"))
+    # the control: composed with another setting, one seed: a row of its own, paired with seed 0 alone
+    os.makedirs(tmp_path / "control_0")
+    json.dump({**row, "accuracy": 0.492, "seed": 0, "settings": {**settings, "composed_weight": 0.0}},
+              open(tmp_path / "control_0" / "eval_test.json", "w"))
+    evaluate.main(["--table", *sorted(str(p) for p in tmp_path.iterdir())])
+    table, paired = capsys.readouterr().out.split("\n\npaired")
+    rows = {" ".join(line.split()[:2]): line for line in table.splitlines()[2:]}
+    assert rows["baseline_{0,1,2} baseline"].split()[8:15] == ["3", "51.0", "±", "1.0", "36.6", "±", "4.2"]
+    assert rows["composed_{0,1,2} composed"].split()[8:12] == ["3", "51.0", "±", "1.0"]
+    assert rows["control_0 composed"].split()[8:11] == ["1", "52.0", "49.2"]
+    assert [line.split() for line in paired.splitlines()[2:]] == [line.split() for line in [
+        "test standard_{0,1,2}         baseline_{0,1,2}         3  +0.0 ± 0.0  +10.9 ± 5.3",
+        "test standard_{0,1,2} + Pi    standard_{0,1,2}         3  +0.0 ± 0.0   -0.1 ± 0.6",
+        "test composed_{0,1,2}         standard_{0,1,2}         3  +0.0 ± 0.0   +1.5 ± 1.3",
+        "test composed_{0,1,2}         standard_{0,1,2} + Pi    3  +0.0 ± 0.0   +1.6 ± 1.4",
+        "test control_0                standard_{0,1,2}         1  +2.0         +0.8",
+        "test control_0                standard_{0,1,2} + Pi    1  +2.0         +1.2"]]  # (the README's rows)
 
 
 @pytest.mark.parametrize("estimator", ["reinforce", "straight-through", "gumbel"])
