@@ -4,8 +4,8 @@ Table of contents
   1. Tokenizer and data files   sentencepiece BPE over the joined source/output vocabulary; data folders, kept
   2. Transformer                the encoder-decoder, decoding in fixed-shape steps (a CUDA graph on a GPU)
   3. U-Net                      the image denoiser of the font experiment (fonts.py)
-  4. Corruptions                noise for denoiser pre-training: code-based, random deletions, SMILES edits;
-                                RDKit's canonical SMILES, the molecules' judge
+  4. Corruptions                noise for denoiser pre-training: code-based, random deletions, SMILES edits, any
+                                task's piece edits; RDKit's canonical SMILES, the molecules' judge
   5. Losses                     sequence cross entropy; composed fine-tuning's loss (Eq. 1) and its estimators
   6. Checkpoints and run folders  self-contained model files; a finished run is never replaced unasked
   7. Training loop              batches, early stopping, resume, learning-rate schedules, bf16; no waiting on a GPU
@@ -37,6 +37,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import judge
+
 
 # ============================================================================
 # 1. Tokenizer and data files
@@ -50,7 +52,7 @@ STRUCTURE_PIECES = ["▁$", "▁~", "▁TAB"]
 # Decoders never output these: an output's ids are then exactly the tokens that were chosen, which
 # keeps the REINFORCE log-probabilities of sampled outputs exact.
 NEVER_GENERATED = [PAD_ID, BOS_ID]
-DATA_MAKERS = "make_sanstype.py, make_spoc.py or make_molecules.py"  # each writes a data folder
+DATA_MAKERS = "make_sanstype.py, make_spoc.py, make_molecules.py or make_task.py"  # each writes a data folder
 
 
 def train_tokenizer(lines: list[str], vocab_size: int) -> tuple[bytes, int]:
@@ -118,7 +120,7 @@ def read_tokenizer_bytes(data_dir: str) -> bytes:
 
 # Every data folder names its dataset in dataset.json (make_sanstype.py, make_spoc.py write it), so that the
 # later stages pick its presets, noise and judge by name.
-DATASETS = ("sanstype", "spoc", "molecules")
+DATASETS = ("sanstype", "spoc", "molecules", "task")  # task: a folder make_task.py made from a user's pairs
 
 
 def write_manifest(data_dir: str, dataset: str, **facts):
@@ -144,7 +146,7 @@ def claim_data_folder(out: str, overwrite: bool, holds: str = "dataset.json"):
 
 
 def read_manifest(data_dir: str) -> dict:
-    """A data folder's dataset.json: the dataset it holds ("sanstype" or "spoc") and what made it (for SansType,
+    """A data folder's dataset.json: the dataset it holds (one of DATASETS) and what made it (for SansType,
     authors_splits: the splits taken from the authors' release)."""
     check_data_folder(data_dir)
     path = os.path.join(data_dir, "dataset.json")
@@ -162,8 +164,19 @@ def read_manifest(data_dir: str) -> dict:
 
 
 def read_dataset(data_dir: str) -> str:
-    """The dataset a data folder holds: "sanstype" or "spoc"."""
+    """The dataset a data folder holds: one of DATASETS."""
     return read_manifest(data_dir)["dataset"]
+
+
+def valid_outputs(data_dir: str, outputs: list[str]) -> list[bool] | None:
+    """A task's own validity check (make_task.py --valid-command) on outputs; None where the task has none."""
+    command = read_manifest(data_dir).get("valid_command")
+    if not command:
+        return None
+    try:
+        return judge.check_validity(command, outputs, data_dir)
+    except ValueError as error:
+        raise UsageError(f"{data_dir}/dataset.json: {error}") from None
 
 
 # ============================================================================
@@ -677,6 +690,29 @@ def delete_random_words(code, rng, p=0.15):
 # SMILES (make_molecules.py): a molecule as a line of atoms (C, n, [NH4+], Cl), bonds (= #), ring closures (digits: the
 # two atoms a digit follows are bonded) and branches (parentheses). The denoiser's noise is an edit a name-to-SMILES
 # model would plausibly make; RDKit, the judge, rejects most of them (make_molecules.py measures how many).
+def corrupt_pieces(text: str, rng, tokenizer, rates: tuple[float, float, float, float]) -> str:
+    """The noise for any task's outputs (make_task.py; train_denoiser.py --corruption edits), which needs no knowledge
+    of the task: edits of the output's sentencepiece pieces. rates = (delete, insert, substitute, swap): each piece
+    is deleted, or replaced by another piece of the same output, with its probability; after each, a copy of one of
+    the output's pieces is inserted with its; then each pair of neighbours is swapped with its. A tenth of the
+    outputs are left as they are (CLEAN_PROBABILITY)."""
+    pieces = tokenizer.encode(text, out_type=str)
+    if rng.random() < CLEAN_PROBABILITY or not pieces:
+        return text
+    delete, insert, substitute, swap = rates
+    noisy = []
+    for piece in pieces:
+        edit = rng.random()
+        if edit >= delete:
+            noisy.append(rng.choice(pieces) if edit < delete + substitute else piece)
+        if rng.random() < insert:
+            noisy.append(rng.choice(pieces))
+    for i in range(len(noisy) - 1):
+        if rng.random() < swap:
+            noisy[i], noisy[i + 1] = noisy[i + 1], noisy[i]
+    return tokenizer.decode(noisy)
+
+
 SMILES_TOKEN = re.compile(r"\[[^\]]*\]|Br|Cl|%\d\d|.")
 SIMILAR_ATOMS = {"C": ["N", "O"], "N": ["C", "O"], "O": ["S", "N"], "S": ["O"], "P": ["N"], "c": ["n"], "n": ["c", "o"],
                  "o": ["s", "n"], "s": ["o"], "F": ["Cl", "Br", "I"], "Cl": ["F", "Br", "I"], "Br": ["F", "Cl", "I"],
@@ -983,6 +1019,16 @@ def load_model(path: str, spm: bytes, data: str, role: str, config: TransformerC
     model = Transformer(TransformerConfig(**ours))
     model.load_state_dict(checkpoint["model"])
     return model, checkpoint
+
+
+def chosen_denoiser(checkpoint: dict, flag: str | None, spm: bytes, data: str):
+    """(denoiser, its checkpoint) to apply to a predictor's outputs, or (None, None): --denoiser's (none: no
+    denoiser), else a composed model's own (its checkpoint holds Pi: the model is Pi(f(x))), else none."""
+    if flag and flag != "none":
+        return load_model(flag, spm, data, "denoiser")
+    if "denoiser" in checkpoint and flag != "none":
+        return model_from_checkpoint(checkpoint["denoiser"]), checkpoint["denoiser"]
+    return None, None
 
 
 def check_writable(path: str, flag: str = "--out", folder: str | None = None):

@@ -19,7 +19,8 @@ For --predictions (one program per line, in the order of the split's `.inp`/`.ou
 `.ids`, whose programs are judged on their problem's hidden test cases), they go to
 `preds.txt.verdicts.jsonl`. Verdicts: correct, wrong_output, compile_error (with the compiler's
 first error), runtime_error, timeout; for molecules (make_molecules.py), where "compiled" means that RDKit reads
-the SMILES: correct, wrong_molecule, invalid.
+the SMILES: correct, wrong_molecule, invalid; for a task of one's own (make_task.py), correct (the gold output
+exactly), wrong_output, invalid (its --valid-command says so; "compiled" is the share it calls valid).
 """
 import glob
 import json
@@ -66,7 +67,7 @@ PAPER_TABLE5 = {
 
 
 def paper_numbers(s: dict) -> tuple:
-    if s.get("dataset") == "molecules":  # the paper runs no molecule experiment
+    if s.get("dataset") in ("molecules", "task"):  # the paper runs no such experiment
         return None, None
     if s["corruption"] == "random":
         key = (s["method"], s["denoised"], s["split"])
@@ -78,6 +79,8 @@ def default_splits(data: str) -> str:
     """test,ood for SansType and molecules; SPoC's testw,testp, those of them make_spoc.py wrote."""
     if common.read_dataset(data) in ("sanstype", "molecules"):
         return "test,ood"
+    if common.read_dataset(data) == "task":  # ood if make_task.py was given one
+        return "test,ood" if os.path.isfile(os.path.join(data, "ood.src")) else "test"
     splits = [s for s in ("testw", "testp") if os.path.isfile(os.path.join(data, f"{s}.src"))]
     if not splits:
         raise common.UsageError(f"{data} has neither testw nor testp: name the splits with --splits")
@@ -99,6 +102,9 @@ def load_judge(data: str, split: str):
     problems' test cases ({split}.cases.jsonl); a SansType split one stdin and gold output per program
     ({split}.inp, .out); a molecules split its gold SMILES ({split}.tgt), RDKit the judge."""
     dataset = common.read_dataset(data)
+    if dataset == "task":
+        gold = common.read_lines(os.path.join(data, f"{split}.tgt"))
+        return len(gold), lambda outputs: judge_task(outputs, gold, common.valid_outputs(data, outputs))
     if dataset == "molecules":
         gold = common.read_lines(os.path.join(data, f"{split}.tgt"))
         return len(gold), lambda outputs: judge_molecules(outputs, gold)
@@ -124,15 +130,25 @@ def judge_molecules(outputs: list[str], gold: list[str]) -> list[dict]:
     return verdicts
 
 
+def judge_task(outputs: list[str], gold: list[str], valid: list[bool] | None) -> list[dict]:
+    """A task of one's own (make_task.py): correct where the output is the gold one exactly; invalid where its
+    validity command says so; "unjudged" marks a task that has no such command (its share valid is then unknown)."""
+    return [{"verdict": "correct" if output == answer else "invalid" if ok is False else "wrong_output",
+             **({"unjudged": True} if valid is None else {})}
+            for output, answer, ok in zip(outputs, gold, valid or [None] * len(outputs))]
+
+
 def meter(split: str, programs: list):
     return common.Progress(len(programs), f"judging {split} programs").step
 
 
 def summarize(verdicts: list[dict]) -> dict:
-    """Fractions in [0, 1]: compiled counts every program that got past g++ (every SMILES RDKit read)."""
+    """Fractions in [0, 1]: compiled counts every program that got past g++ (every SMILES RDKit read, every output of
+    a task its validity command passed; None for a task that has none)."""
     n = len(verdicts)
     return {"n": n,
-            "compiled": sum(v["verdict"] not in ("compile_error", "invalid") for v in verdicts) / n,
+            "compiled": None if any(v.get("unjudged") for v in verdicts) else
+            sum(v["verdict"] not in ("compile_error", "invalid") for v in verdicts) / n,
             "accuracy": sum(v["verdict"] == "correct" for v in verdicts) / n}
 
 
@@ -170,7 +186,7 @@ def judge_predictions(args):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f)
-    print(f"{args.split}: n={summary['n']}  compiled {100 * summary['compiled']:.1f}%  "
+    print(f"{args.split}: n={summary['n']}  compiled {spread([percent(summary['compiled'])])}%  "
           f"accuracy {100 * summary['accuracy']:.1f}%")
 
 
@@ -183,13 +199,9 @@ def evaluate_model(args):
     tokenizer = common.load_tokenizer(spm)
     device = common.pick_device(args.device)
     model = model.to(device)
-    denoiser, denoiser_checkpoint, corruption = None, None, checkpoint.get("denoiser_corruption")
-    if args.denoiser and args.denoiser != "none":
-        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser")
-        corruption = denoiser_checkpoint.get("corruption")
-    elif "denoiser" in checkpoint and args.denoiser != "none":  # a composed model is Pi(f(x))
-        denoiser_checkpoint = checkpoint["denoiser"]
-        denoiser = common.model_from_checkpoint(denoiser_checkpoint)
+    denoiser, denoiser_checkpoint = common.chosen_denoiser(checkpoint, args.denoiser, spm, args.data)
+    given = args.denoiser not in (None, "none")  # a test-time Pi's noise names the row, else the one f started from
+    corruption = denoiser_checkpoint.get("corruption") if given else checkpoint.get("denoiser_corruption")
     denoiser = denoiser.to(device) if denoiser else None
     error_free = spoc.error_detector(denoiser_checkpoint) if denoiser else None  # SPoC's g
     method = checkpoint.get("method", "?")
@@ -253,7 +265,7 @@ def table_row(group: list[dict], standard: list[dict] | None) -> str:
     ours = relative(mean(group, "accuracy"), standard and mean(standard, "accuracy"))
     return (f"{group_label(group):<25} {s['method']:<25} {s.get('preset') or '?':<6} {s['corruption'] or '-':<6} "
             f"{str(s['layers']):>6} {'Y' if s['denoised'] else 'N':>4} {s['split'] + '*' * s.get('authors_split', False):<5} "
-            f"{s['n']:>5} {len(group):>5} {spread([100 * r['compiled'] for r in group]):>12} "
+            f"{s['n']:>5} {len(group):>5} {spread([percent(r['compiled']) for r in group]):>12} "
             f"{spread([100 * r['accuracy'] for r in group]):>12} {show(ours):>8}   "
             f"{show(paper[0])} {show(paper[1])} {show(relative(paper[1], paper_standard[1])):>8}")
 
@@ -262,8 +274,14 @@ def mean(group: list[dict], key: str) -> float:
     return 100 * statistics.mean(r[key] for r in group)
 
 
-def spread(values: list[float], sign: str = "") -> str:
-    """mean ± std (the sample's, over seeds), or the one value."""
+def percent(fraction: float | None) -> float | None:
+    return None if fraction is None else 100 * fraction
+
+
+def spread(values: list[float | None], sign: str = "") -> str:
+    """mean ± std (the sample's, over seeds), or the one value; - where a value is unknown (a task with no judge)."""
+    if None in values:
+        return "-"
     if len(values) == 1:
         return f"{values[0]:{sign}.1f}"
     return f"{statistics.mean(values):{sign}.1f} ± {statistics.stdev(values):.1f}"
@@ -296,7 +314,8 @@ TABLE_HEADER = (f"{'run':<25} {'method':<25} {'preset':<6} {'Pi':<6} {'layers':>
                 "paper: compiled accuracy relative\n"
                 "(Pi: the noise the denoiser learned to undo; Pi?: Y where the outputs are Pi(f(x)); n: programs "
                 "judged; seeds: runs that differ only by their seed, whose mean ± std (the sample's) a row shows; "
-                "compiled (molecules: valid, RDKit reads the SMILES), accuracy: % of them; relative: accuracy "
+                "compiled (molecules: valid, RDKit reads the SMILES; a task: its validity command says valid), "
+                "accuracy: % of them; relative: accuracy "
                 "relative to standard fine-tuning's on the split, in %, as the paper's Table 2; layers: "
                 "encoder+decoder, --layers each (the paper counts both: its 6 layers are 3+3); split*: the authors' "
                 "own programs, make_sanstype.py --released)")
@@ -362,7 +381,8 @@ def paired_row(a: list[dict], b: list[dict]) -> str | None:
     pairs = [(s, b_of[s["seed"]]) for s in a if s.get("seed") in b_of]
     if not pairs:
         return None
-    compiled, accuracy = ([100 * (x[key] - y[key]) for x, y in pairs] for key in ("compiled", "accuracy"))
+    compiled, accuracy = ([None if None in (x[key], y[key]) else 100 * (x[key] - y[key]) for x, y in pairs]
+                          for key in ("compiled", "accuracy"))
     return (f"{a[0]['split']:<5} {row_name(a):<30} {row_name(b):<30} {len(pairs):>5} {spread(compiled, '+'):>12} "
             f"{spread(accuracy, '+'):>12}")
 

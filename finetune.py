@@ -108,7 +108,8 @@ PRESETS = {
     },
 }
 PRESETS["spoc", "smoke"] = PRESETS["sanstype", "smoke"]
-PRESETS.update({("molecules", preset): PRESETS["sanstype", preset] for preset in ("paper", "cpu", "smoke")})
+PRESETS.update({(dataset, preset): PRESETS["sanstype", preset] for dataset in ("molecules", "task")
+                for preset in ("paper", "cpu", "smoke")})  # (task: a task of your own, make_task.py)
 # The flags only some methods use: given to another method, they are refused.
 METHOD_FLAGS = {"baseline": (), "standard": ("denoiser",), "bart": ("denoiser", "frozen_epochs"),
                 "composed": ("denoiser", "init", "estimator", "samples", "reinforce_baseline", "clamp", "gamma",

@@ -485,3 +485,25 @@ def _spoc_recipe(fast: bool) -> _Recipe:
 
 if __name__ == "__main__":  # a module, not a stage: running it shows how to use it
     print(__doc__)
+
+
+# ----------------------------------------------------------------------------------------------------
+# A task of one's own (make_task.py): its validity check is a command of the user's, as g++ is SansType's.
+# ----------------------------------------------------------------------------------------------------
+
+def check_validity(command: str, outputs: list[str], cwd: str, seconds: float = 600) -> list[bool]:
+    """A task's own validity check (make_task.py --valid-command): `command`, run by the shell in `cwd`, reads the
+    outputs on its stdin, one a line, and prints one verdict a line: 1 (valid) or 0. Anything else is an error
+    (ValueError) that names the command, since a wrong judge would quietly make every number wrong."""
+    try:
+        result = subprocess.run(command, shell=True, cwd=cwd, input="".join(o + "\n" for o in outputs),
+                                capture_output=True, text=True, timeout=seconds)
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"the validity command `{command}` took over {seconds:.0f} s") from None
+    verdicts = result.stdout.split()
+    if result.returncode or len(verdicts) != len(outputs) or not set(verdicts) <= {"0", "1"}:
+        why = (f"exited with {result.returncode}: {result.stderr.strip().splitlines()[-1:]}" if result.returncode
+               else f"printed {len(verdicts)} verdicts for {len(outputs)} outputs" if len(verdicts) != len(outputs)
+               else f"printed {sorted(set(verdicts) - {'0', '1'})[:3]}, not 1 or 0")
+        raise ValueError(f"the validity command `{command}` {why}")
+    return [verdict == "1" for verdict in verdicts]

@@ -15,6 +15,7 @@ detector g (the compiler) passes a program that compiles, and only the others ar
 """
 import os
 import random
+import re
 import sys
 
 import torch
@@ -65,12 +66,18 @@ PRESETS.update({("molecules", preset): dict(PRESETS["sanstype", preset], corrupt
 PRESETS["molecules", "cpu"] = dict(PRESETS["sanstype", "cpu"], corruption="smiles", epochs=20, patience=20)
 PRESETS["spoc", "smoke"] = dict(PRESETS["sanstype", "smoke"], corruption="line", error_detector="compile",
                                 unlabeled=0)  # the SPoC test files hold a dozen programs
+# A task of one's own (make_task.py): SansType's recipes with the noise that needs no knowledge of the task.
+PRESETS.update({("task", preset): dict(PRESETS["sanstype", preset], corruption="edits") for preset in
+                ("paper", "cpu", "smoke")})
 CORRUPTIONS = {
-    "code": lambda code, rng, args: common.corrupt_code(code, rng, args.num_corruptions),
-    "random": lambda code, rng, args: common.delete_random_words(code, rng, args.deletion_probability),
-    "line": lambda code, rng, args: spoc.corrupt_one_line(code, rng),
-    "smiles": lambda smiles, rng, args: common.corrupt_smiles(smiles, rng),
+    "code": lambda code, rng, args, tokenizer: common.corrupt_code(code, rng, args.num_corruptions),
+    "random": lambda code, rng, args, tokenizer: common.delete_random_words(code, rng, args.deletion_probability),
+    "line": lambda code, rng, args, tokenizer: spoc.corrupt_one_line(code, rng),
+    "smiles": lambda smiles, rng, args, tokenizer: common.corrupt_smiles(smiles, rng),
+    "edits": lambda text, rng, args, tokenizer: common.corrupt_pieces(text, rng, tokenizer,
+                                                                      tuple(map(float, args.edit_rates.split(",")))),
 }
+EDIT_RATES = "0.03,0.03,0.03,0.03"  # --corruption edits: about one edit in 8 pieces
 
 
 def parse_args(argv=None):
@@ -81,11 +88,14 @@ def parse_args(argv=None):
                         help="code (SansType's default): Appendix C's statement-level type, stream and print edits; "
                              "random: drop each word of a statement (Table 5); line (SPoC's default): Appendix E's "
                              "one-line insertion, deletion or replacement of a keyword, identifier or symbol; smiles "
-                             "(molecules'): 1-2 edits of an atom, ring digit, branch, bond or fragment")
+                             "(molecules'): 1-2 edits of an atom, ring digit, branch, bond or fragment; edits (a task "
+                             "of your own, make_task.py): pieces deleted, inserted, substituted, swapped")
     parser.add_argument("--num-corruptions", type=int,
                         help="code: at most this many statements noised per program (1 to N, 90%% of programs; "
                              "default: 3)")
     parser.add_argument("--deletion-probability", type=float, help="random: of each word (default: 0.15)")
+    parser.add_argument("--edit-rates", help="edits: the probabilities of deleting, inserting, substituting and "
+                        f"swapping, per piece of the output (default: {EDIT_RATES})")
     parser.add_argument("--unlabeled", type=int, help="use only the first N programs (the unlabeled code, then the "
                         "labeled pairs' code; 0: all)")
     parser.add_argument("--error-detector", choices=("compile", "none"),
@@ -97,12 +107,17 @@ def parse_args(argv=None):
     common.add_training_args(parser)
     args = common.parse_training_args(parser, argv, lambda dataset, known: PRESETS[dataset, known.preset],
                                       lambda known: known.out)
-    for name, corruption, default in (("num_corruptions", "code", 3), ("deletion_probability", "random", 0.15)):
+    for name, corruption, default in (("num_corruptions", "code", 3), ("deletion_probability", "random", 0.15),
+                                      ("edit_rates", "edits", EDIT_RATES)):
         if getattr(args, name) != parser.get_default(name) and args.corruption != corruption:  # given, for another
             parser.error(f"--{name.replace('_', '-')} is for --corruption {corruption}, not {args.corruption}")
         setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
     if args.error_detector == "compile" and args.dataset != "spoc":
         parser.error("--error-detector compile needs SPoC data (make_spoc.py)")
+    rates = args.edit_rates.split(",")
+    if len(rates) != 4 or not all(re.fullmatch(r"0?\.\d+|0", rate) for rate in rates):
+        parser.error(f"--edit-rates {args.edit_rates}: four probabilities within [0, 1), for delete, insert, "
+                     "substitute and swap")
     if args.num_corruptions < 1 or not 0 <= args.deletion_probability <= 1:
         parser.error("--num-corruptions must be at least 1 and --deletion-probability within [0, 1]")
     if args.unlabeled < 0 or args.repair_every < 0 or args.repair_programs < 1:
@@ -115,7 +130,7 @@ def corrupted_pairs(programs: list[str], clean_ids: list, tokenizer, args, epoch
     seed's epoch whatever else runs (common.fit makes them in a worker process)."""
     rng = random.Random(f"{args.seed}-epoch{epoch}")
     corrupt = CORRUPTIONS[args.corruption]
-    return list(zip(tokenizer.encode([corrupt(code, rng, args) for code in programs]), clean_ids))
+    return list(zip(tokenizer.encode([corrupt(code, rng, args, tokenizer) for code in programs]), clean_ids))
 
 
 def main(argv=None):
@@ -145,7 +160,7 @@ def train(args):
 
     clean_ids = tokenizer.encode(programs)
     val_rng = random.Random(f"{args.seed}-val")  # the same corrupted val set every epoch and every run
-    val_noisy = [corrupt(code, val_rng, args) for code in val]
+    val_noisy = [corrupt(code, val_rng, args, tokenizer) for code in val]
     val_pairs = list(zip(tokenizer.encode(val_noisy), tokenizer.encode(val)))
 
     def report_repairs(model, epoch):
@@ -162,6 +177,10 @@ def train(args):
         if args.dataset == "molecules":  # RDKit, the judge: a repair is valid where it parses
             valid = sum(common.canonical_smiles(smiles) is not None for smiles in repaired) / len(repaired)
             return f", repairs of {len(clean)} val SMILES: {100 * exact:.1f}% exact, {100 * valid:.1f}% valid"
+        if args.dataset == "task":  # its own validity command, if it has one
+            valid = common.valid_outputs(args.data, repaired)
+            return f", repairs of {len(clean)} val outputs: {100 * exact:.1f}% exact" + (
+                f", {100 * sum(valid) / len(valid):.1f}% valid" if valid else "")
         results = judge.run_programs(repaired, [""] * len(repaired))
         compiled = sum(r.status != "compile_error" for r in results) / len(results)
         return f", repairs of {len(clean)} val programs: {100 * exact:.1f}% exact, {100 * compiled:.1f}% compile"

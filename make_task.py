@@ -1,0 +1,227 @@
+"""Make a data folder for a task of your own: pairs of texts (an input, its output), outputs without inputs, a judge.
+
+    python make_task.py --pairs questions.txt queries.txt --unlabeled more_queries.txt --out data/sql
+    python make_task.py --pairs in.txt out.txt --valid-command "python3 check.py" --out data/mytask
+    python make_task.py --python-stdlib --out data/stdlib   # the worked example: Python docstrings to functions
+
+Give your pairs as two files with one text a line, the same line number for an input and its output (a text must
+fit on one line: write line breaks as a token of your own, as SansType writes ` $ `). They are shuffled (--seed)
+into val (--val), test (--test) and train (the rest, or --labeled of it); --ood SRC TGT adds a split of inputs unlike
+train's (a new style, a new domain) to test out of distribution. --unlabeled names outputs with no input: the
+denoiser learns from them and from train's outputs. --valid-command is your validity check, in the role g++ plays for
+SansType and RDKit for molecules: a shell command, run in the data folder, that reads outputs on its standard input,
+one a line, and prints one verdict a line, 1 (valid) or 0; evaluate.py reports its share as "compiled" and counts an
+output correct when it equals the gold output exactly.
+
+Writes the format every make_*.py writes, one example a line and the same line number across a split's files:
+    {train,val,test[,ood]}.src   inputs
+    {train,val,test[,ood]}.tgt   outputs
+    unlabeled.tgt                outputs without inputs, for the denoiser
+    spm.model                    sentencepiece BPE, one vocabulary for train's inputs and every training output
+    dataset.json                 {"dataset": "task", "valid_command": ..., ...}: the later stages take the task's
+                                 presets (SansType's), the generic noise of the denoiser (train_denoiser.py
+                                 --corruption edits) and this judge
+Then train_denoiser.py, finetune.py and evaluate.py run on it with --data, as on SansType.
+
+--python-stdlib makes the worked example from the Python standard library on this machine (its source: the PSF
+License): the first sentence of a function's docstring in, the function out (without its docstring, decorators or
+comments, as ast.unparse writes it; ` $ ` between lines, `~ ` per indentation level), for functions of at most 60
+words. ood holds the functions of two packages kept out of the other splits (tkinter and idlelib: new APIs); the
+functions without a usable docstring are the unlabeled outputs; the judge (valid.py, written beside the data) reads
+each output back into Python and asks Python's parser.
+"""
+import ast
+import os
+import random
+import re
+import sys
+import sysconfig
+
+import common
+import judge
+
+# The worked example's judge, written into its data folder as valid.py: an output is valid if Python parses it.
+PYTHON_JUDGE = '''"""One output a line in, 1 (Python parses it) or 0 a line out: make_task.py --python-stdlib's judge."""
+import ast
+import sys
+
+for line in sys.stdin:
+    lines = []
+    for part in line.rstrip("\\n").split(" $ "):
+        depth = 0
+        while part.startswith("~ "):
+            part, depth = part[2:], depth + 1
+        lines.append("    " * depth + part)
+    try:
+        ast.parse("\\n".join(lines))
+        print(1)
+    except Exception:  # SyntaxError, and ValueError or RecursionError on stranger text
+        print(0)
+'''
+HELD_OUT_PACKAGES = ("tkinter", "idlelib")  # the worked example's ood: packages the other splits never see
+SKIPPED_FOLDERS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
+
+
+def parse_args(argv):
+    parser = common.ArgumentParser(prog="make_task.py", description=__doc__)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--pairs", nargs=2, metavar=("SRC", "TGT"), help="inputs and outputs, one a line")
+    source.add_argument("--python-stdlib", action="store_true", help="the worked example (see above)")
+    parser.add_argument("--unlabeled", help="outputs without inputs, one a line")
+    parser.add_argument("--ood", nargs=2, metavar=("SRC", "TGT"), help="an out-of-distribution test split")
+    parser.add_argument("--valid-command", help="your validity check: outputs in, 1 or 0 a line out (run in --out)")
+    parser.add_argument("--out", default="data/task", help="the data folder to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace the data --out holds (runs trained on it "
+                        "will no longer match it)")
+    parser.add_argument("--val", type=int, default=500, help="pairs in val")
+    parser.add_argument("--test", type=int, default=500, help="pairs in test (and at most as many in ood)")
+    parser.add_argument("--labeled", type=int, default=0, help="pairs in train (0: every pair left)")
+    parser.add_argument("--vocab-size", type=int, default=1000, help="joined sentencepiece BPE vocabulary")
+    parser.add_argument("--seed", type=int, default=0, help="same seed, same bytes")
+    args = parser.parse_args(argv)
+    if min(args.val, args.test, args.vocab_size) < 1 or args.labeled < 0:
+        parser.error("--val, --test and --vocab-size must be positive, --labeled not negative")
+    if args.python_stdlib and (args.unlabeled or args.ood or args.valid_command):
+        parser.error("--python-stdlib makes its own unlabeled outputs, ood split and judge")
+    for path in (args.pairs or []) + (args.ood or []) + [args.unlabeled] * bool(args.unlabeled):
+        if not os.path.isfile(path):
+            parser.error(f"missing file: {path}")
+    return args
+
+
+def main(argv=None):
+    common.run_main("make_task.py", make_task, parse_args(argv))
+
+
+def read_pairs(src: str, tgt: str) -> list[tuple[str, str]]:
+    sources, targets = common.read_lines(src), common.read_lines(tgt)
+    if len(sources) != len(targets):
+        raise common.UsageError(f"{src} has {len(sources)} lines, {tgt} {len(targets)}: a pair a line in each")
+    empty = [i + 1 for i, pair in enumerate(zip(sources, targets)) if not all(text.strip() for text in pair)]
+    if empty:
+        raise common.UsageError(f"{src}, {tgt}: line {empty[0]} is empty ({len(empty)} such lines)")
+    return list(zip(sources, targets))
+
+
+def make_task(args):
+    common.claim_data_folder(args.out, args.overwrite)
+    if args.python_stdlib:
+        pairs, ood, unlabeled = python_stdlib()
+        valid_command, judge_source = "python3 valid.py", PYTHON_JUDGE
+    else:
+        pairs, ood = read_pairs(*args.pairs), read_pairs(*args.ood) if args.ood else []
+        unlabeled = common.read_lines(args.unlabeled) if args.unlabeled else []
+        valid_command, judge_source = args.valid_command, None
+    random.Random(f"task-{args.seed}").shuffle(pairs)
+    random.Random(f"task-ood-{args.seed}").shuffle(ood)
+    needed = args.val + args.test + max(args.labeled, 1)
+    if len(pairs) < needed:
+        raise common.UsageError(f"{len(pairs)} pairs: too few for --val {args.val}, --test {args.test} and "
+                                f"{args.labeled or 'at least one'} to train on")
+    train = pairs[args.val + args.test:][:args.labeled or None]
+    splits = {"train": train, "val": pairs[:args.val], "test": pairs[args.val:args.val + args.test]}
+    if ood:
+        splits["ood"] = ood[:args.test]
+    print(", ".join(f"{split} {len(examples)}" for split, examples in splits.items()) +
+          f" pairs; unlabeled outputs {len(unlabeled)}")
+    spm_model, pieces = common.train_tokenizer([x for x, _ in train] + [y for _, y in train] + unlabeled,
+                                               args.vocab_size)
+    print(f"trained a {pieces}-piece sentencepiece BPE tokenizer")
+    # Texts as the tokenizer gives them back (runs of spaces made one, Unicode in its NFKC form): what a model can
+    # output, so that a right output can equal the gold one exactly.
+    tokenizer = common.load_tokenizer(spm_model)
+    normal = {text: tokenizer.decode(tokenizer.encode(text)) for examples in [*splits.values(), [("", y) for y in
+                                                                                                unlabeled]]
+              for pair in examples for text in pair}
+    splits = {split: [(normal[x], normal[y]) for x, y in examples] for split, examples in splits.items()}
+    unlabeled = [normal[y] for y in unlabeled]
+    print(f"{sum(text != back for text, back in normal.items())} of {len(normal)} texts changed by the tokenizer's "
+          "normalisation (runs of spaces, Unicode forms)")
+
+    facts = {"valid_command": valid_command, "seed": args.seed, "source": "the Python standard library of "
+             f"{sys.version.split()[0]} (PSF License)" if args.python_stdlib else " ".join(args.pairs)}
+    created = not os.path.exists(args.out)
+    os.makedirs(args.out, exist_ok=True)
+    if judge_source:
+        common.write_lines(os.path.join(args.out, "valid.py"), judge_source.splitlines())
+    if valid_command:  # the judge checked once on the gold outputs: a wrong command shows here, not after training
+        gold = [y for examples in splits.values() for _, y in examples]
+        try:
+            facts["gold_valid"] = round(sum(judge.check_validity(valid_command, gold, args.out)) / len(gold), 4)
+        except ValueError as error:
+            if judge_source:
+                os.remove(os.path.join(args.out, "valid.py"))
+            if created:
+                os.rmdir(args.out)
+            raise common.UsageError(str(error)) from None
+        print(f"the validity command passes {100 * facts['gold_valid']:.1f}% of the {len(gold)} gold outputs")
+    for split, examples in splits.items():
+        common.write_lines(os.path.join(args.out, f"{split}.src"), [x for x, _ in examples])
+        common.write_lines(os.path.join(args.out, f"{split}.tgt"), [y for _, y in examples])
+    common.write_lines(os.path.join(args.out, "unlabeled.tgt"), unlabeled)
+    with open(os.path.join(args.out, "spm.model"), "wb") as f:
+        f.write(spm_model)
+    common.write_manifest(args.out, "task", **facts)
+    print(f"wrote {args.out}/{{{','.join(splits)}}}.{{src,tgt}}, unlabeled.tgt, spm.model, dataset.json"
+          + ", valid.py" * bool(judge_source))
+
+
+def python_stdlib() -> tuple[list, list, list]:
+    """(pairs, ood pairs, unlabeled outputs) from the standard library's functions: (docstring summary, function)."""
+    root = sysconfig.get_paths()["stdlib"]
+    pairs, ood, unlabeled, seen = [], [], [], set()
+    for folder, folders, files in os.walk(root):  # (in a fixed order: the folders pruned and sorted in place)
+        folders[:] = sorted(name for name in folders if name not in SKIPPED_FOLDERS)
+        package = os.path.relpath(folder, root).split(os.sep)[0]
+        for name in sorted(files):
+            if not name.endswith(".py") or name.startswith("test_"):
+                continue
+            try:
+                tree = ast.parse(open(os.path.join(folder, name), encoding="utf-8").read())
+            except (SyntaxError, UnicodeDecodeError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    summary, code = docstring_summary(node), one_line_function(node)
+                    if code is None or code in seen:
+                        continue
+                    seen.add(code)
+                    if summary is None:
+                        unlabeled.append(code)
+                    else:
+                        (ood if package in HELD_OUT_PACKAGES else pairs).append((summary, code))
+    return pairs, ood, unlabeled
+
+
+def docstring_summary(function) -> str | None:
+    """The first sentence of a function's docstring, on one line, if it has 3 to 30 words."""
+    doc = ast.get_docstring(function)
+    if not doc:
+        return None
+    paragraph = " ".join(doc.split("\n\n")[0].split())
+    sentence = re.split(r"(?<=\.)\s", paragraph)[0]
+    return sentence if 3 <= len(sentence.split()) <= 30 else None
+
+
+def one_line_function(function) -> str | None:
+    """The function without its decorators, docstring and comments, as ast.unparse writes it, on one line: ` $ `
+    between lines, `~ ` per indentation level; None if longer than 60 words, or if that line would not read back
+    as the same function (a $ or a line break inside a string, a line starting with ~)."""
+    body = function.body[1:] if ast.get_docstring(function) else function.body
+    function.decorator_list, function.body = [], body or [ast.Pass()]
+    code = ast.unparse(function)
+    lines = [line for line in code.split("\n") if line.strip()]  # (unparse puts a blank line before a nested def)
+    indents = [(len(line) - len(line.lstrip(" "))) // 4 for line in lines]
+    line = " $ ".join("~ " * indent + text.strip() for indent, text in zip(indents, lines))
+    if len(line.split()) > 60 or "$" in code or any(text.strip().startswith("~") for text in lines):
+        return None
+    readback = "\n".join("    " * indent + text.strip() for indent, text in zip(indents, lines))
+    try:
+        same = ast.dump(ast.parse(readback)) == ast.dump(ast.parse(code))
+    except SyntaxError:  # a line break inside a string: its lines no longer parse apart
+        return None
+    return line if same else None
+
+
+if __name__ == "__main__":
+    main()
