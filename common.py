@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
+import numpy as np
 import sentencepiece
 import torch
 import torch.nn as nn
@@ -692,13 +693,18 @@ def delete_random_words(code, rng, p=0.15):
 # model would plausibly make; RDKit, the judge, rejects most of them (make_molecules.py measures how many).
 def corrupt_pieces(text: str, rng, tokenizer, rates: tuple[float, float, float, float]) -> str:
     """The noise for any task's outputs (make_task.py; train_denoiser.py --corruption edits), which needs no knowledge
-    of the task: edits of the output's sentencepiece pieces. rates = (delete, insert, substitute, swap): each piece
-    is deleted, or replaced by another piece of the same output, with its probability; after each, a copy of one of
-    the output's pieces is inserted with its; then each pair of neighbours is swapped with its. A tenth of the
-    outputs are left as they are (CLEAN_PROBABILITY)."""
+    of the task: edits of the output's sentencepiece pieces (edit_pieces); a tenth of the outputs left as they are
+    (CLEAN_PROBABILITY)."""
     pieces = tokenizer.encode(text, out_type=str)
     if rng.random() < CLEAN_PROBABILITY or not pieces:
         return text
+    return tokenizer.decode(edit_pieces(pieces, rng, rates))
+
+
+def edit_pieces(pieces: list[str], rng, rates: tuple[float, float, float, float]) -> list[str]:
+    """rates = (delete, insert, substitute, swap): each piece is deleted, or replaced by another piece of the same
+    output, with its probability; after each, a copy of one of the output's pieces is inserted with its; then each
+    pair of neighbours is swapped with its."""
     delete, insert, substitute, swap = rates
     noisy = []
     for piece in pieces:
@@ -710,7 +716,7 @@ def corrupt_pieces(text: str, rng, tokenizer, rates: tuple[float, float, float, 
     for i in range(len(noisy) - 1):
         if rng.random() < swap:
             noisy[i], noisy[i + 1] = noisy[i + 1], noisy[i]
-    return tokenizer.decode(noisy)
+    return noisy
 
 
 SMILES_TOKEN = re.compile(r"\[[^\]]*\]|Br|Cl|%\d\d|.")
@@ -1178,30 +1184,34 @@ def pad(sequences: list[list[int]], length_multiple: int = 1, extra: int = 0) ->
     return out
 
 
-def epoch_loader(make_epoch: Callable, epochs: range, device):
-    """Each epoch's batches (make_epoch(epoch)), made in a worker process one epoch ahead of the training: the
-    denoiser's fresh corruptions are seconds of Python, and in a thread they would hold the interpreter's lock that
-    the training loop needs between its kernel launches (a 19 ms GPU step took 256 ms; a 15 ms CPU step 343 ms). The
-    worker is forked (make_epoch may be a closure), runs at the lowest priority (on 2 cores it takes only what the
-    training leaves idle) and sends each epoch as one flat tensor (pack_epoch): one piece of shared memory, pinned
-    once on a GPU, from which copies to the device do not make the host wait (non_blocking)."""
+def epoch_loader(make_epoch: Callable, epochs: range):
+    """Each epoch's batches (make_epoch(epoch)) as pack_epoch packs them, made in a worker process one epoch ahead of
+    the training: the denoiser's fresh corruptions are seconds of Python, and in a thread they would hold the
+    interpreter's lock that the training loop needs between its kernel launches (a 19 ms GPU step took 256 ms; a
+    15 ms CPU step 343 ms). The worker is forked (make_epoch may be a closure) and runs at the lowest priority (on 2
+    cores it takes only what the training leaves idle)."""
     return torch.utils.data.DataLoader(
         epochs, batch_size=None, collate_fn=lambda epoch: pack_epoch(make_epoch(epoch)), num_workers=1,
-        prefetch_factor=1, pin_memory=device.type == "cuda", multiprocessing_context="fork",
+        prefetch_factor=1, multiprocessing_context="fork",
         worker_init_fn=lambda _: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0)),
         generator=torch.Generator())  # (its own: seeding the worker must not draw from the training's generator)
 
 
 def pack_epoch(epoch_batches: list[tuple]) -> tuple:
-    """An epoch's batches as (every id in one flat tensor, each batch's (rows, source length, target length))."""
+    """An epoch's batches as (every id in one flat array, each batch's (rows, source length, target length)): NumPy
+    arrays, which cross to the training process as bytes (tensors would go as shared memory, whose hand-over a Ctrl-C
+    can break mid-way)."""
     flat = torch.cat([t.flatten() for src, tgt_in, tgt_out in epoch_batches
                       for t in (src, torch.cat([tgt_in[:, :1], tgt_out], dim=1))])
-    return flat, torch.tensor([(len(src), src.shape[1], tgt_in.shape[1] + 1) for src, tgt_in, _ in epoch_batches])
+    shapes = [(len(src), src.shape[1], tgt_in.shape[1] + 1) for src, tgt_in, _ in epoch_batches]
+    return flat.numpy(), np.array(shapes, dtype=np.int64).reshape(-1, 3)
 
 
-def unpack_epoch(packed: tuple) -> list[tuple]:
-    """The batches of pack_epoch, as (src, tgt_in, tgt_out) views of its flat tensor."""
-    flat, shapes = packed
+def unpack_epoch(packed: tuple, pin: bool = False) -> list[tuple]:
+    """The batches of pack_epoch, as (src, tgt_in, tgt_out) views of one flat tensor; pin: in page-locked memory
+    (pinned once an epoch), from which copies to a GPU do not make the host wait (non_blocking)."""
+    flat, shapes = torch.from_numpy(packed[0]), packed[1]
+    flat = flat.pin_memory() if pin else flat
     epoch_batches, start = [], 0
     for rows, source, target in shapes.tolist():
         src = flat[start:start + rows * source].view(rows, source)
@@ -1250,7 +1260,8 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
                        length_multiple(device))
 
     # Epochs state + 1 .. args.epochs, each made while the one before it trains (the first while nothing does).
-    upcoming = map(unpack_epoch, epoch_loader(batches_of, range(state["epoch"] + 1, args.epochs + 1), device))
+    upcoming = (unpack_epoch(packed, pin=device.type == "cuda")
+                for packed in epoch_loader(batches_of, range(state["epoch"] + 1, args.epochs + 1)))
     first_batches = next(upcoming, [])
     upcoming = itertools.chain([first_batches], upcoming)
     total_steps = max(1, args.epochs * len(first_batches))  # the schedule's length (1: a resumed run that had ended)

@@ -89,7 +89,7 @@ def default_splits(data: str) -> str:
 
 def check_splits(data: str, splits: str, flag: str) -> list[str]:
     """The splits a comma-separated list names, each checked before any work: one the data folder lacks is one line."""
-    have = sorted(name[:-len(".src")] for name in os.listdir(data) if name.endswith(".src"))
+    have = sorted({name.rsplit(".", 1)[0] for name in os.listdir(data) if name.endswith((".src", ".inp", ".ids"))})
     missing = [split for split in splits.split(",") if split not in have]
     if missing:
         raise common.UsageError(f"{flag} {splits}: {data} has no {', '.join(missing)} split (it has "

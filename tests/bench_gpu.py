@@ -133,7 +133,8 @@ def step_figures(data: str, args) -> dict:
         return times
 
     # As common.fit: one worker for the run makes epoch 1, then each next epoch while the one before it trains.
-    upcoming = map(common.unpack_epoch, common.epoch_loader(make_epoch, range(1, 4), device))
+    upcoming = (common.unpack_epoch(packed, pin=device.type == "cuda")
+                for packed in common.epoch_loader(make_epoch, range(1, 4)))
     first = next(upcoming)
     first_times = steps(model, first[:args.max_steps])  # shapes met first; the worker makes epoch 2
     second = next(upcoming)

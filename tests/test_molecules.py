@@ -100,7 +100,7 @@ def test_the_chain_runs_on_molecules(data, tmp_path, capsys):
     evaluate.main([str(tmp_path / "reinforce" / "model.pt"), "--data", str(data)])
     capsys.readouterr()
     evaluate.main(["--table", str(tmp_path / "standard"), str(tmp_path / "reinforce")])
-    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    rows = [line.split() for line in capsys.readouterr().out.split("\n\n")[0].splitlines()[2:]]  # (then: paired)
     assert len(rows) == 4 and all(row[3] == "smiles" and row[-3:] == ["-", "-", "-"] for row in rows)
     with open(tmp_path / "standard" / "eval_ood_denoised.json") as summary:
         assert json.load(summary)["dataset"] == "molecules"

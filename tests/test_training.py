@@ -430,8 +430,7 @@ def test_the_worker_process_makes_each_epoch_as_this_process_would(data):
     make_epoch = lambda epoch: common.batches(pairs(epoch), batch_size, random.Random(epoch))  # noqa: E731
     torch.manual_seed(0)
     generator = torch.get_rng_state()
-    from_worker = [common.unpack_epoch(packed) for packed in common.epoch_loader(make_epoch, range(1, 4),
-                                                                                  torch.device("cpu"))]
+    from_worker = [common.unpack_epoch(packed) for packed in common.epoch_loader(make_epoch, range(1, 4))]
     assert torch.equal(torch.get_rng_state(), generator)
     here = [make_epoch(epoch) for epoch in range(1, 4)]
     assert [len(epoch) for epoch in from_worker] == [len(epoch) for epoch in here]
