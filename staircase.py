@@ -1,6 +1,6 @@
 """The paper's motivating example (Section 4.1, Figure 1 bottom, Appendix A) in seconds on a CPU.
 
-    python staircase.py                          # N=6, δ=0.5: a table and runs/staircase.png (~5 s on 2 cores)
+    python staircase.py                          # N=6, δ=0.5: a table and runs/staircase.png (~9 s on 2 cores)
     python staircase.py --n 10 --delta 0.25      # another staircase
     python staircase.py --seed 1 --plot /tmp/staircase.png
     python staircase.py --sweep                  # norms, slopes, extrapolation against (N-1)/δ (~1 min)

@@ -155,3 +155,20 @@ def test_the_worked_example_is_pythons_own_code_and_parser(tmp_path):
     assert sum("self.tk.call" in line for line in ood) > 50 > sum("self.tk.call" in line for line in train)
     broken = [line.replace(":", "", 1) for line in train[:50]]  # a def without its colon
     assert common.valid_outputs(str(tmp_path), broken + train[:50]) == [False] * 50 + [True] * 50
+
+
+def test_the_readmes_five_lines_of_python_translate_as_predict_does(task):
+    """The README's example of loading a checkpoint and translating a string, run on this task's standard model."""
+    data, runs = task / "data", task / "runs"
+    if not (runs / "std" / "model.pt").exists():
+        pytest.skip("needs the chain of test_a_task_of_ones_own_goes_through_every_stage")
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    code = readme.split("```python\n")[1].split("```")[0]
+    assert len(code.strip().splitlines()) == 5
+    source = common.read_lines(str(data / "test.src"))[0]
+    code = code.replace("runs/standard/model.pt", str(runs / "std" / "model.pt")).replace(
+        "read var_0 from stdin ; print var_0", source)
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr
+    predicted = script("predict.py", runs / "std/model.pt", input=source + "\n")
+    assert ran.stdout == predicted.stdout and ran.stdout.strip()
