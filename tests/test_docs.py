@@ -12,13 +12,15 @@ import finetune
 import fonts
 import make_sanstype
 import make_spoc
+import make_task
+import predict
 import staircase
 import train_denoiser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAINS = {"make_sanstype.py": make_sanstype.main, "make_spoc.py": make_spoc.main, "train_denoiser.py":
          train_denoiser.main, "finetune.py": finetune.main, "evaluate.py": evaluate.main, "fonts.py": fonts.main,
-         "staircase.py": staircase.main}
+         "staircase.py": staircase.main, "make_task.py": make_task.main, "predict.py": predict.main}
 
 
 def help_of(script: str, subcommand: str | None) -> str:
