@@ -9,14 +9,15 @@ Its stages, each timed, in a scratch folder (--work; default a new temporary one
   steps     a fresh denoiser of the preset's size trains in this process on epochs of fresh corruptions, made as
             common.fit makes them (common.epoch_loader): every step of the second epoch timed, the slowest against
             the median (the first epoch meets every shape first); steps while fit's worker process makes the next
-            epoch, and while a thread does (as fit did before), against the same steps alone; the same steps
-            under torch.compile(dynamic=True) against eager ones, and the seconds its compilation took
+            epoch, and while a thread does (as fit did before), against the same steps alone
   table2    the README's Table 2 block as written (TABLE2_BLOCK, P set to this preset and device), phase by phase:
             the denoiser Pi (its first epoch and a later one, from its last.pt), the four runs of seeds 0-2 side by
             side, every evaluation and the table; each run's epochs, best epoch and seconds
   composed  tests/bench_composed.py on the block's Pi and seed 0's standard run (if the block did not get that far,
             a standard run of one epoch): a composed step against a standard one, greedy decoding of the test
             split, a composed epoch with its validation
+  compile   the steps of stage steps under torch.compile(dynamic=True) against eager ones, and the seconds the
+            compilation took (last: it cannot be cut, so it runs only with 90 s of the budget left)
 Last line, name=value pairs: device, slowest_step_vs_median, step_while_next_epoch_vs_alone,
 step_while_next_epoch_in_thread_vs_alone, compiled_step_vs_eager, compile_s, pi_first_epoch_s, pi_epoch_s, pi_s,
 composed_step_vs_standard, composed_epoch_s, greedy_test_s, table2_block_s (each where its stage ran; the block's
@@ -27,7 +28,6 @@ import concurrent.futures
 import itertools
 import os
 import random
-import re
 import shlex
 import signal
 import statistics
@@ -96,81 +96,88 @@ def run(command: list[str] | str, work: str, log: str, deadline: Deadline) -> fl
     return time.time() - start
 
 
-def step_figures(data: str, args) -> dict:
-    """Stage steps: see the docstring."""
-    flags = train_denoiser.parse_args(["--data", data, "--preset", args.preset, "--precision", "auto",
-                                       "--out", os.path.join(args.work, "steps")] + ["--device", args.device] * bool(
-                                           args.device))
-    device = common.pick_device(flags.device)
-    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(data))
-    programs = common.read_lines(os.path.join(data, "unlabeled.tgt")) + \
-        common.read_lines(os.path.join(data, "train.tgt"))
-    clean_ids = tokenizer.encode(programs)
+class StepBench:
+    """Stages steps and compile: a fresh denoiser of the preset's size trains in this process on epochs of fresh
+    corruptions, made as common.fit makes them (see the docstring)."""
 
-    def make_epoch(epoch):  # as common.fit's batches_of
-        pairs = train_denoiser.corrupted_pairs(programs, clean_ids, tokenizer, flags, epoch)
-        return common.batches(pairs, flags.batch_size, random.Random(epoch), common.length_multiple(device))
+    def __init__(self, data: str, args):
+        self.flags = train_denoiser.parse_args(["--data", data, "--preset", args.preset, "--precision", "auto", "--out",
+                                                os.path.join(args.work, "steps")] + ["--device", args.device] * bool(
+                                                    args.device))
+        self.device, self.max_steps = common.pick_device(self.flags.device), args.max_steps
+        self.tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(data))
+        self.programs = common.read_lines(os.path.join(data, "unlabeled.tgt")) + \
+            common.read_lines(os.path.join(data, "train.tgt"))
+        self.clean_ids = self.tokenizer.encode(self.programs)
+        torch.manual_seed(0)
+        self.model = common.Transformer(common.config_from_args(self.flags, self.tokenizer.get_piece_size()))
+        self.model.to(self.device).train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98),
+                                           fused=self.device.type == "cuda")
 
-    start = time.perf_counter()
-    make_epoch(0)
-    making_s = time.perf_counter() - start
-    torch.manual_seed(0)
-    model = common.Transformer(common.config_from_args(flags, tokenizer.get_piece_size())).to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), fused=device.type == "cuda")
+    def make_epoch(self, epoch: int) -> list[tuple]:  # as common.fit's batches_of
+        pairs = train_denoiser.corrupted_pairs(self.programs, self.clean_ids, self.tokenizer, self.flags, epoch)
+        return common.batches(pairs, self.flags.batch_size, random.Random(epoch), common.length_multiple(self.device))
 
-    def steps(net, epoch_batches) -> list[float]:  # each step's seconds, its device work included
+    def steps(self, net, epoch_batches) -> list[float]:
+        """Each step's seconds, its device work included."""
         times = []
         for batch in epoch_batches:
             start = time.perf_counter()
-            src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in batch)
-            with common.autocast(flags.precision, device):
+            src, tgt_in, tgt_out = (t.to(self.device, non_blocking=True) for t in batch)
+            with common.autocast(self.flags.precision, self.device):
                 loss = common.sequence_loss(net(src, tgt_in), tgt_out)
-            optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            optimizer.step()
-            wait(device)
+            self.optimizer.step()
+            wait(self.device)
             times.append(time.perf_counter() - start)
         return times
 
-    # As common.fit: one worker for the run makes epoch 1, then each next epoch while the one before it trains.
-    upcoming = (common.unpack_epoch(packed, pin=device.type == "cuda")
-                for packed in common.epoch_loader(make_epoch, range(1, 4)))
-    first = next(upcoming)
-    first_times = steps(model, first[:args.max_steps])  # shapes met first; the worker makes epoch 2
-    second = next(upcoming)
-    second_times = steps(model, second[:args.max_steps])  # the worker makes epoch 3
-    next(upcoming)  # (the worker is done)
-    median = statistics.median(second_times)
-    print(f"steps: {flags.preset} preset, {flags.precision}, batch {flags.batch_size}; epoch 1 (shapes met first): "
-          f"{len(first_times)} steps, median {1000 * statistics.median(first_times):.1f} ms, slowest "
-          f"{1000 * max(first_times):.1f} ms; epoch 2: median {1000 * median:.1f} ms, slowest "
-          f"{1000 * max(second_times):.1f} ms; making an epoch in this process: {making_s:.2f} s", flush=True)
-
-    # Epoch 2's first steps, those that took half the time making an epoch takes in this process (the worker was
-    # still at work through them), against the same steps again alone, and while a thread makes an epoch.
-    during = max(5, sum(1 for end in itertools.accumulate(second_times) if end < making_s / 2))
-    alone = statistics.median(steps(model, second[:during]))
-    thread = concurrent.futures.ThreadPoolExecutor(1)
-    making = thread.submit(make_epoch, 4)
-    with_thread = statistics.median(steps(model, second[:during]))
-    making.result()
-    with_worker = statistics.median(second_times[:during])
-    print(f"epoch 2's first {during} steps, while the worker made epoch 3: median {1000 * with_worker:.1f} ms; the same "
-          f"steps alone: {1000 * alone:.1f} ms; while a thread makes an epoch: {1000 * with_thread:.1f} ms", flush=True)
-    figures = {"slowest_step_vs_median": max(second_times) / median, "step_while_next_epoch_vs_alone":
-               with_worker / alone, "step_while_next_epoch_in_thread_vs_alone": with_thread / alone}
-
-    if args.compile:
-        compiled = torch.compile(model, dynamic=True)
+    def figures(self) -> dict:
+        """Stage steps."""
         start = time.perf_counter()
-        steps(compiled, first[:1])
+        self.make_epoch(0)
+        making_s = time.perf_counter() - start
+        # As common.fit: one worker for the run makes epoch 1, then each next epoch while the one before it trains.
+        upcoming = (common.unpack_epoch(packed, pin=self.device.type == "cuda")
+                    for packed in common.epoch_loader(self.make_epoch, range(1, 4)))
+        first = next(upcoming)
+        first_times = self.steps(self.model, first[:self.max_steps])  # shapes met first; the worker makes epoch 2
+        self.second = next(upcoming)
+        second_times = self.steps(self.model, self.second[:self.max_steps])  # the worker makes epoch 3
+        next(upcoming)  # (the worker is done)
+        median = statistics.median(second_times)
+        print(f"steps: {self.flags.preset} preset, {self.flags.precision}, batch {self.flags.batch_size}; epoch 1 "
+              f"(shapes met first): {len(first_times)} steps, median {1000 * statistics.median(first_times):.1f} ms, "
+              f"slowest {1000 * max(first_times):.1f} ms; epoch 2: median {1000 * median:.1f} ms, slowest "
+              f"{1000 * max(second_times):.1f} ms; making an epoch in this process: {making_s:.2f} s", flush=True)
+
+        # Epoch 2's first steps, those that took half the time making an epoch takes in this process (the worker was
+        # still at work through them), against the same steps again alone, and while a thread makes an epoch.
+        self.during = max(5, sum(1 for end in itertools.accumulate(second_times) if end < making_s / 2))
+        self.alone = statistics.median(self.steps(self.model, self.second[:self.during]))
+        making = concurrent.futures.ThreadPoolExecutor(1).submit(self.make_epoch, 4)
+        with_thread = statistics.median(self.steps(self.model, self.second[:self.during]))
+        making.result()
+        with_worker = statistics.median(second_times[:self.during])
+        print(f"epoch 2's first {self.during} steps, while the worker made epoch 3: median {1000 * with_worker:.1f} ms; "
+              f"the same steps alone: {1000 * self.alone:.1f} ms; while a thread makes an epoch: "
+              f"{1000 * with_thread:.1f} ms", flush=True)
+        return {"slowest_step_vs_median": max(second_times) / median, "step_while_next_epoch_vs_alone":
+                with_worker / self.alone, "step_while_next_epoch_in_thread_vs_alone": with_thread / self.alone}
+
+    def compile_figures(self) -> dict:
+        """Stage compile: the same steps as stage steps timed alone, under torch.compile(dynamic=True)."""
+        compiled = torch.compile(self.model, dynamic=True)
+        start = time.perf_counter()
+        self.steps(compiled, self.second[:1])
         compile_s = time.perf_counter() - start
-        steps(compiled, second[:during])  # shapes of another kind may compile again
-        compiled_median = statistics.median(steps(compiled, second[:during]))
+        self.steps(compiled, self.second[:self.during])  # shapes of another kind may compile again
+        compiled_median = statistics.median(self.steps(compiled, self.second[:self.during]))
         print(f"torch.compile(dynamic=True): the first step {compile_s:.1f} s, then median "
-              f"{1000 * compiled_median:.1f} ms ({compiled_median / alone:.2f}x eager)", flush=True)
-        figures.update(compiled_step_vs_eager=compiled_median / alone, compile_s=compile_s)
-    return figures
+              f"{1000 * compiled_median:.1f} ms ({compiled_median / self.alone:.2f}x eager)", flush=True)
+        return {"compiled_step_vs_eager": compiled_median / self.alone, "compile_s": compile_s}
 
 
 def table2(args, deadline: Deadline) -> dict:
@@ -243,15 +250,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=("paper", "cpu", "smoke"), default="paper")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
-    parser.add_argument("--stages", default="data,steps,table2,composed", help="which stages, in this order")
+    parser.add_argument("--stages", default="data,steps,table2,composed,compile", help="which stages, in this order "
+                        "(compile needs steps)")
     parser.add_argument("--budget", type=float, default=450, help="seconds for every stage together")
     parser.add_argument("--max-steps", type=int, default=300, help="steps timed an epoch, at most")
-    parser.add_argument("--no-compile", dest="compile", action="store_false", help="steps: skip torch.compile")
     parser.add_argument("--work", help="the scratch folder (default: a new temporary one)")
     args = parser.parse_args()
     stages = args.stages.split(",")
-    if not set(stages) <= {"data", "steps", "table2", "composed"}:
-        parser.error(f"--stages {args.stages}: data, steps, table2, composed")
+    if not set(stages) <= {"data", "steps", "table2", "composed", "compile"} or (
+            "compile" in stages and "steps" not in stages[:stages.index("compile")]):
+        parser.error(f"--stages {args.stages}: of data, steps, table2, composed, compile (after steps)")
     deadline = Deadline(args.budget)
     args.work = args.work or tempfile.mkdtemp(prefix="bench_gpu-")
     os.makedirs(args.work, exist_ok=True)
@@ -267,11 +275,16 @@ def main():
                 args.preset == "smoke"), args.work, os.path.join(args.work, "data.log"), deadline)
             print(f"data: {seconds:.0f} s", flush=True)
         elif stage == "steps":
-            figures.update(step_figures(data, args))
+            bench = StepBench(data, args)
+            figures.update(bench.figures())
         elif stage == "table2":
             figures.update(table2(args, deadline))
-        else:
+        elif stage == "composed":
             figures.update(composed_figures(data, args, deadline))
+        elif deadline.left() < 90:  # compile: it cannot be cut once started, and may take a minute or more
+            print(f"compile: skipped, {deadline.left():.0f} s of the budget left")
+        else:
+            figures.update(bench.compile_figures())
         print(f"({stage} done at {time.time() - started:.0f} s)", flush=True)
     print(f"device={name.replace(' ', '_')} " + " ".join(f"{key}={value:.2f}" for key, value in figures.items()))
 
