@@ -91,7 +91,8 @@ def write_lines(path: str, lines):
 
 
 def read_lines(path: str) -> list[str]:
-    """The lines of a SansType file; a final newline does not make an extra empty line."""
+    """The lines of a text file of a data folder (one example a line); a final newline does not make an extra empty
+    line."""
     if not os.path.isfile(path):
         raise UsageError(f"missing file: {path}")
     try:
@@ -119,7 +120,7 @@ def read_tokenizer_bytes(data_dir: str) -> bytes:
     return model
 
 
-# Every data folder names its dataset in dataset.json (make_sanstype.py, make_spoc.py write it), so that the
+# Every data folder names its dataset in dataset.json (each make_*.py writes it), so that the
 # later stages pick its presets, noise and judge by name.
 DATASETS = ("sanstype", "spoc", "molecules", "task")  # task: a folder make_task.py made from a user's pairs
 
