@@ -67,8 +67,8 @@ PAPER_TABLE5 = {
 
 
 def paper_numbers(s: dict) -> tuple:
-    if s.get("dataset") in ("molecules", "task"):  # the paper runs no such experiment
-        return None, None
+    if s.get("dataset") in ("molecules", "task") or s.get("settings", {}).get("composed_weight") == 0:
+        return None, None  # the paper runs no such experiment (nor composed without its REINFORCE term)
     if s["corruption"] == "random":
         key = (s["method"], s["denoised"], s["split"])
         return (None, None) if s["deep"] else PAPER_TABLE5.get(key, (None, None))
@@ -355,16 +355,51 @@ def print_table(args):
         if (s["method"], s["deep"], s["denoised"]) == ("standard", False, False) and \
                 s["corruption"] in ("code", "line"):  # SansType's denoiser, or SPoC's
             standard.setdefault(s["split"], group)
-    print(TABLE_HEADER)
-    for group in groups:
-        print(table_row(group, standard.get(group[0]["split"])))
-    paired = [paired_row(a, b) for a in groups for b in groups if comparable(a[0], b[0])]
-    if any(paired):
+    paired = [(a, b, differences) for a in groups for b in groups if comparable(a[0], b[0])
+              for differences in [seed_by_seed(a, b)] if differences]
+    if args.markdown:
+        print(markdown_table(groups, paired))
+    else:
+        print(TABLE_HEADER)
+        for group in groups:
+            print(table_row(group, standard.get(group[0]["split"])))
+    if paired and not args.markdown:
         print(f"\npaired, per seed: a row minus another, over the seeds both have (mean ± std)\n"
               f"{'split':<5} {'run':<30} {'minus':<30} {'seeds':>5} {'compiled':>12} {'accuracy':>12}")
-        print("\n".join(row for row in paired if row))
+        for a, b, (compiled, accuracy) in paired:
+            print(f"{a[0]['split']:<5} {row_name(a):<30} {row_name(b):<30} {len(accuracy):>5} "
+                  f"{spread(compiled, '+'):>12} {spread(accuracy, '+'):>12}")
     if unevaluated:
         print(f"not evaluated (no eval_*.json): {' '.join(unevaluated)}", file=sys.stderr)
+
+
+def markdown_table(groups: list[list[dict]], paired: list) -> str:
+    """--markdown: the README's layout, a row per method (its runs), each split's compiled and accuracy side by side,
+    the paper's beside them; then the paired rows' accuracy (and the paper's difference of the same rows)."""
+    splits = list(dict.fromkeys(group[0]["split"] for group in groups))
+    rows, differences = {}, {}
+    for group in groups:
+        rows.setdefault(row_name(group), {})[group[0]["split"]] = group
+    for a, b, (_, accuracy) in paired:
+        differences.setdefault(f"{row_name(a)} - {row_name(b)}, paired", {})[a[0]["split"]] = (a, b, accuracy)
+    lines = ["| runs (seeds) | " + " | ".join(f"{split} compiled | {split} accuracy" for split in splits) + " | " +
+             " | ".join(f"paper: {split} compiled / accuracy" for split in splits) + " |",
+             "| --- " * (1 + 3 * len(splits)) + "|"]
+    for name, by_split in rows.items():
+        ours = [spread([percent(r[key]) for r in by_split[split]]) if split in by_split else ""
+                for split in splits for key in ("compiled", "accuracy")]
+        papers = [paper_numbers(by_split[split][0]) if split in by_split else (None, None) for split in splits]
+        theirs = [" / ".join(show(x).strip() for x in paper) if paper != (None, None) else "" for paper in papers]
+        lines.append(f"| {name} ({len(next(iter(by_split.values())))}) | " + " | ".join(ours + theirs) + " |")
+    for name, by_split in differences.items():
+        ours = [cell for split in splits for cell in ("", spread(by_split[split][2], "+") if split in by_split
+                                                      else "")]
+        theirs = []
+        for split in splits:
+            a, b = (paper_numbers(by_split[split][k][0])[1] if split in by_split else None for k in (0, 1))
+            theirs.append(f"{a - b:+.1f}" if None not in (a, b) else "")
+        lines.append(f"| {name} ({len(next(iter(by_split.values()))[2])}) | " + " | ".join(ours + theirs) + " |")
+    return "\n".join(lines)
 
 
 def comparable(a: dict, b: dict) -> bool:
@@ -375,16 +410,14 @@ def comparable(a: dict, b: dict) -> bool:
     return same and noise and ((a["method"], a["denoised"]), (b["method"], b["denoised"])) in PAIRED
 
 
-def paired_row(a: list[dict], b: list[dict]) -> str | None:
-    """a minus b, seed by seed, over the seeds both have (None where they share none)."""
+def seed_by_seed(a: list[dict], b: list[dict]) -> tuple[list, list] | None:
+    """a minus b, seed by seed, over the seeds both have, in points: (compiled, accuracy); None where they share none."""
     b_of = {s["seed"]: s for s in b if s.get("seed") is not None}
     pairs = [(s, b_of[s["seed"]]) for s in a if s.get("seed") in b_of]
     if not pairs:
         return None
-    compiled, accuracy = ([None if None in (x[key], y[key]) else 100 * (x[key] - y[key]) for x, y in pairs]
-                          for key in ("compiled", "accuracy"))
-    return (f"{a[0]['split']:<5} {row_name(a):<30} {row_name(b):<30} {len(pairs):>5} {spread(compiled, '+'):>12} "
-            f"{spread(accuracy, '+'):>12}")
+    return tuple([None if None in (x[key], y[key]) else 100 * (x[key] - y[key]) for x, y in pairs]
+                 for key in ("compiled", "accuracy"))
 
 
 def row_name(group: list[dict]) -> str:
@@ -444,6 +477,8 @@ def main(argv=None):
                         "apply their own unless given another, or none); with --predictions, to the file's programs")
     parser.add_argument("--splits", help="default: test,ood (SansType), testw,testp (SPoC)")
     parser.add_argument("--table", nargs="+", metavar="RUN_DIR", help="print the results found in these folders")
+    parser.add_argument("--markdown", action="store_true", help="with --table: the README's layout, splits side by "
+                        "side, in Markdown")
     parser.add_argument("--curves", nargs="+", metavar="RUN_DIR", help="draw these runs' validation loss by epoch "
                         "into --png")
     parser.add_argument("--png", default="runs/curves.png", help="with --curves: the PNG to write")
@@ -458,9 +493,10 @@ def main(argv=None):
         parser.error("give one of: a model checkpoint, --table RUN_DIR..., --predictions FILE, --curves RUN_DIR...")
     mode = "--table" if args.table else "--predictions" if args.predictions else "--curves" if args.curves else \
         "a model"
-    for name in {"--table": ("denoiser", "splits", "split", "json", "device"), "--predictions": ("splits",),
-                 "--curves": ("denoiser", "splits", "split", "json", "device"), "a model": ("split", "json")}[mode]:
-        if getattr(args, name) is not None:
+    for name in {"--table": ("denoiser", "splits", "split", "json", "device"), "--predictions": ("splits", "markdown"),
+                 "--curves": ("denoiser", "splits", "split", "json", "device", "markdown"),
+                 "a model": ("split", "json", "markdown")}[mode]:
+        if getattr(args, name) not in (None, False):
             parser.error(f"--{name} does not apply to {mode}")
     if args.curves:
         common.check_output_file(args.png, "--png")
