@@ -689,9 +689,6 @@ def delete_random_words(code, rng, p=0.15):
     return join_program(head, [" ".join(w for w in s.split(" ") if rng.random() >= p) for s in statements], tail)
 
 
-# SMILES (make_molecules.py): a molecule as a line of atoms (C, n, [NH4+], Cl), bonds (= #), ring closures (digits: the
-# two atoms a digit follows are bonded) and branches (parentheses). The denoiser's noise is an edit a name-to-SMILES
-# model would plausibly make; RDKit, the judge, rejects most of them (make_molecules.py measures how many).
 def corrupt_pieces(text: str, rng, tokenizer, rates: tuple[float, float, float, float]) -> str:
     """The noise for any task's outputs (make_task.py; train_denoiser.py --corruption edits), which needs no knowledge
     of the task: edits of the output's sentencepiece pieces (edit_pieces); a tenth of the outputs left as they are
@@ -720,6 +717,9 @@ def edit_pieces(pieces: list[str], rng, rates: tuple[float, float, float, float]
     return noisy
 
 
+# SMILES (make_molecules.py): a molecule as a line of atoms (C, n, [NH4+], Cl), bonds (= #), ring closures (digits: the
+# two atoms a digit follows are bonded) and branches (parentheses). The denoiser's noise is an edit a name-to-SMILES
+# model would plausibly make; RDKit, the judge, rejects most of them (make_molecules.py measures how many).
 SMILES_TOKEN = re.compile(r"\[[^\]]*\]|Br|Cl|%\d\d|.")
 SIMILAR_ATOMS = {"C": ["N", "O"], "N": ["C", "O"], "O": ["S", "N"], "S": ["O"], "P": ["N"], "c": ["n"], "n": ["c", "o"],
                  "o": ["s", "n"], "s": ["o"], "F": ["Cl", "Br", "I"], "Cl": ["F", "Br", "I"], "Br": ["F", "Cl", "I"],
@@ -1157,8 +1157,8 @@ def batches(pairs: list, batch_size: int, rng: random.Random | None = None, leng
 
 def device_batches(pairs: list, batch_size: int, device) -> list[tuple]:
     """A fixed set of batches (validation's) on the device, copied once."""
-    return [tuple(t.to(device) for t in batch) for batch in batches(pairs, batch_size, length_multiple=
-                                                                     length_multiple(device))]
+    on_device = batches(pairs, batch_size, length_multiple=length_multiple(device))
+    return [tuple(t.to(device) for t in batch) for batch in on_device]
 
 
 def length_multiple(device) -> int:
