@@ -76,7 +76,8 @@ def paper_numbers(s: dict) -> tuple:
 
 
 def default_splits(data: str) -> str:
-    """test,ood for SansType and molecules; SPoC's testw,testp, those of them make_spoc.py wrote."""
+    """test,ood for SansType and molecules; SPoC's testw,testp, those of them make_spoc.py wrote; a task's test (and ood
+    if it has one)."""
     if common.read_dataset(data) in ("sanstype", "molecules"):
         return "test,ood"
     if common.read_dataset(data) == "task":  # ood if make_task.py was given one
