@@ -376,13 +376,13 @@ def print_table(args):
 
 def markdown_table(groups: list[list[dict]], paired: list) -> str:
     """--markdown: the README's layout, a row per method (its runs), each split's compiled and accuracy side by side,
-    the paper's beside them; then the paired rows' accuracy (and the paper's difference of the same rows)."""
+    the paper's beside them; then the paired rows (and the paper's difference of the same rows)."""
     splits = list(dict.fromkeys(group[0]["split"] for group in groups))
     rows, differences = {}, {}
     for group in groups:
         rows.setdefault(row_name(group), {})[group[0]["split"]] = group
-    for a, b, (_, accuracy) in paired:
-        differences.setdefault(f"{row_name(a)} - {row_name(b)}, paired", {})[a[0]["split"]] = (a, b, accuracy)
+    for a, b, (compiled, accuracy) in paired:
+        differences.setdefault(f"{row_name(a)} - {row_name(b)}, paired", {})[a[0]["split"]] = (a, b, compiled, accuracy)
     lines = ["| runs (seeds) | " + " | ".join(f"{split} compiled | {split} accuracy" for split in splits) + " | " +
              " | ".join(f"paper: {split} compiled / accuracy" for split in splits) + " |",
              "| --- " * (1 + 3 * len(splits)) + "|"]
@@ -393,13 +393,13 @@ def markdown_table(groups: list[list[dict]], paired: list) -> str:
         theirs = [" / ".join(show(x).strip() for x in paper) if paper != (None, None) else "" for paper in papers]
         lines.append(f"| {name} ({len(next(iter(by_split.values())))}) | " + " | ".join(ours + theirs) + " |")
     for name, by_split in differences.items():
-        ours = [cell for split in splits for cell in ("", spread(by_split[split][2], "+") if split in by_split
-                                                      else "")]
+        ours = [spread(by_split[split][k], "+") if split in by_split else "" for split in splits for k in (2, 3)]
         theirs = []
         for split in splits:
-            a, b = (paper_numbers(by_split[split][k][0])[1] if split in by_split else None for k in (0, 1))
-            theirs.append(f"{a - b:+.1f}" if None not in (a, b) else "")
-        lines.append(f"| {name} ({len(next(iter(by_split.values()))[2])}) | " + " | ".join(ours + theirs) + " |")
+            a, b = (paper_numbers(by_split[split][k][0]) if split in by_split else (None, None) for k in (0, 1))
+            theirs.append(" / ".join(f"{x - y:+.1f}" if None not in (x, y) else "-" for x, y in zip(a, b))
+                          if (a, b) != ((None, None), (None, None)) else "")
+        lines.append(f"| {name} ({len(next(iter(by_split.values()))[3])}) | " + " | ".join(ours + theirs) + " |")
     return "\n".join(lines)
 
 
@@ -422,8 +422,12 @@ def seed_by_seed(a: list[dict], b: list[dict]) -> tuple[list, list] | None:
 
 
 def row_name(group: list[dict]) -> str:
-    """The runs, and + Pi where a test-time denoiser repaired their outputs (a composed run's is its own)."""
-    return group_label(group) + (" + Pi" if group[0]["denoised"] and group[0]["method"] != "composed" else "")
+    """The runs, and + Pi where a test-time denoiser repaired their outputs; a composed run is Pi(f(x)) by itself, so
+    there it is "f alone" that is said."""
+    s = group[0]
+    if s["method"].startswith("composed"):
+        return group_label(group) + ("" if s["denoised"] else " f alone")
+    return group_label(group) + (" + Pi" if s["denoised"] else "")
 
 
 CURVE_COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14), (140, 86, 75),
