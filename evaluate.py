@@ -398,7 +398,7 @@ def markdown_table(groups: list[list[dict]], paired: list) -> str:
         for split in splits:
             a, b = (paper_numbers(by_split[split][k][0]) if split in by_split else (None, None) for k in (0, 1))
             theirs.append(" / ".join(f"{x - y:+.1f}" if None not in (x, y) else "-" for x, y in zip(a, b))
-                          if (a, b) != ((None, None), (None, None)) else "")
+                          if (None, None) not in (a, b) else "")
         lines.append(f"| {name} ({len(next(iter(by_split.values()))[3])}) | " + " | ".join(ours + theirs) + " |")
     return "\n".join(lines)
 
