@@ -382,7 +382,8 @@ def markdown_table(groups: list[list[dict]], paired: list) -> str:
     for group in groups:
         rows.setdefault(row_name(group), {})[group[0]["split"]] = group
     for a, b, (compiled, accuracy) in paired:
-        differences.setdefault(f"{row_name(a)} - {row_name(b)}, paired", {})[a[0]["split"]] = (a, b, compiled, accuracy)
+        minus = f"({row_name(b)})" if " + " in row_name(b) else row_name(b)
+        differences.setdefault(f"{row_name(a)} - {minus}, paired", {})[a[0]["split"]] = (a, b, compiled, accuracy)
     lines = ["| runs (seeds) | " + " | ".join(f"{split} compiled | {split} accuracy" for split in splits) + " | " +
              " | ".join(f"paper: {split} compiled / accuracy" for split in splits) + " |",
              "| --- " * (1 + 3 * len(splits)) + "|"]

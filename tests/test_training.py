@@ -269,7 +269,7 @@ def test_the_table_aggregates_seeds_and_pairs_them(tmp_path, capsys):
     assert markdown[0] == "| runs (seeds) | test compiled | test accuracy | paper: test compiled / accuracy |"
     assert "| baseline_{0,1,2} (3) | 51.0 ± 1.0 | 36.6 ± 4.2 | 48.6 / 36.6 |" in markdown
     assert "| control_0 (1) | 52.0 | 49.2 |  |" in markdown  # (the control is not the paper's composed)
-    assert "| composed_{0,1,2} - standard_{0,1,2} + Pi, paired (3) | +0.0 ± 0.0 | +1.6 ± 1.4 | +3.1 / +4.0 |" in markdown
+    assert "| composed_{0,1,2} - (standard_{0,1,2} + Pi), paired (3) | +0.0 ± 0.0 | +1.6 ± 1.4 | +3.1 / +4.0 |" in markdown
 
 
 @pytest.mark.parametrize("estimator", ["reinforce", "straight-through", "gumbel"])
