@@ -222,7 +222,7 @@ def finetune(args):
     # twice the preset's layers.
     extra = {"spm": spm, "role": "predictor", "method": args.method,
              "deep": args.layers >= 2 * PRESETS[args.dataset, args.preset][args.method]["layers"]}
-    composed_training = {}  # composed: its own loss and early-stopping criterion
+    composed_training = {}  # composed: the frozen denoiser, and SPoC's g
 
     # Built from this run's preset and flags; standard, bart and composed then take the weights they start from.
     config = common.config_from_args(args, tokenizer.get_piece_size())
@@ -231,7 +231,7 @@ def finetune(args):
     elif args.method == "composed":
         model, init = common.load_model(args.init, spm, args.data, "predictor", config)
         denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser")
-        composed_training = freeze_and_compose(denoiser, denoiser_checkpoint, tokenizer, val_pairs, args)
+        composed_training = freeze(denoiser, denoiser_checkpoint, tokenizer, args)
         extra.update(init_method=init.get("method"), denoiser_corruption=denoiser_checkpoint.get("corruption"),
                      denoiser={key: denoiser_checkpoint.get(key) for key in ("config", "model", "error_detector")})
     else:
@@ -257,9 +257,8 @@ def finetune(args):
           f"{os.path.join(args.out, 'model.pt')}")
 
 
-def freeze_and_compose(denoiser, denoiser_checkpoint, tokenizer, val_pairs, args) -> dict:
-    """Composed fine-tuning's loss and early-stopping criterion around the frozen denoiser Pi, as common.fit takes
-    them (loss_fn, validate): Eq. 1 is common.composed_loss."""
+def freeze(denoiser, denoiser_checkpoint, tokenizer, args) -> dict:
+    """The frozen denoiser Pi, and SPoC's error detector g, as common.fit takes them for composed fine-tuning."""
     device = common.pick_device(args.device)
     denoiser.to(device).eval()  # eval: no dropout; Pi is a fixed function of its input
     denoiser.requires_grad_(False)
@@ -270,17 +269,7 @@ def freeze_and_compose(denoiser, denoiser_checkpoint, tokenizer, val_pairs, args
     # SPoC's Pi = (g, nu) leaves what compiles as it is (Appendix E): g reads the programs' text, on the host.
     error_free = (lambda decoded: torch.tensor(g(tokenizer.decode(common.as_lists(decoded))), device=device)) \
         if g else None
-    val_batches = common.device_batches(val_pairs, common.validation_batch_size(val_pairs, args.batch_size, device),
-                                        device)
-
-    def loss_fn(f, src, tgt_in, tgt_out, label_smoothing):
-        return common.composed_loss(f, denoiser, src, tgt_in, tgt_out, samples=args.samples,
-                                    estimator=args.estimator, baseline=args.reinforce_baseline, clamp=args.clamp,
-                                    gamma=args.gamma, composed_weight=args.composed_weight, lam=args.lam,
-                                    tau=args.tau, label_smoothing=label_smoothing, error_free=error_free)
-
-    return dict(loss_fn=loss_fn, validate=lambda f: common.composed_validation_loss(f, denoiser, val_batches,
-                                                                                     error_free, args.gamma))
+    return dict(denoiser=denoiser, error_free=error_free)
 
 
 def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict:

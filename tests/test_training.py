@@ -283,7 +283,7 @@ def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path, estimator)
     checkpoint = common.load_checkpoint(str(denoiser[0]))
     model, pi = common.model_from_checkpoint(checkpoint), common.model_from_checkpoint(checkpoint)
     before = {name: p.clone() for name, p in pi.state_dict().items()}
-    compose = finetune.freeze_and_compose(pi, checkpoint, tokenizer, pairs[:8], args)
+    compose = finetune.freeze(pi, checkpoint, tokenizer, args)
     state = common.fit(model, lambda epoch: pairs, pairs[:8], args, str(tmp_path), {}, **compose)
     assert len(state["history"]) == 2 and not pi.training
     assert all(p.grad is None and not p.requires_grad for p in pi.parameters())
