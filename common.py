@@ -1385,6 +1385,23 @@ def composed_validation_loss(f, denoiser, val_batches, error_free=None, gamma: f
 # 8. Command line: flags and presets, one-line errors, progress lines
 # ============================================================================
 
+# The presets, a column each in the training scripts' tables of settings (a row per setting): SansType's three and
+# SPoC's two (Appendix E). A dataset without a column of its own takes SansType's (molecules, a task, SPoC's smoke).
+COLUMNS = ("paper", "cpu", "smoke", "spoc paper", "spoc cpu")
+# The Transformer each preset builds, Pi and f alike (standard fine-tuning starts f from Pi's weights).
+#                  SansType: paper  cpu   smoke     SPoC: paper  cpu
+ARCHITECTURE = dict(
+    d_model=           (256,        128,  32,             256,   128),
+    n_heads=           (2,          4,    2,              8,     4),
+    layers=            (3,          2,    1,              5,     2),
+    d_ff=              (1024,       512,  64,             1024,  512),
+)
+# What a number must be, for check_ranges: a test and the words of its one-line refusal.
+RANGES = {"at_least_1": (lambda v: v >= 1, "at least 1"), "not_negative": (lambda v: v >= 0, "at least 0"),
+          "positive": (lambda v: v > 0, "above 0"), "fraction": (lambda v: 0 <= v < 1, "within [0, 1)"),
+          "probability": (lambda v: 0 <= v <= 1, "within [0, 1]")}
+
+
 def add_training_args(parser):
     """Flags shared by the training scripts; parse_training_args sets their defaults to the preset's values."""
     parser.add_argument("--preset", choices=("cpu", "paper", "smoke"), default="cpu",
@@ -1394,7 +1411,6 @@ def add_training_args(parser):
             ("--lr", float, "peak learning rate of AdamW"),
             ("--warmup-steps", int, "linear warm-up (--lr-schedule linear: at most a tenth of the run)"),
             ("--warmup-start-lr", float, "the rate the warm-up starts from"),
-            ("--label-smoothing", str, "0: plain cross entropy, as the paper; VALUE:EPOCHS,...,VALUE: by epoch"),
             ("--patience", int, "stop after this many epochs without a better validation loss"),
             ("--d-model", int, "the model's width"), ("--n-heads", int, "attention heads"),
             ("--layers", int, "encoder and decoder layers each"), ("--d-ff", int, "the feed-forward layer's width"),
@@ -1405,10 +1421,12 @@ def add_training_args(parser):
     parser.add_argument("--lr-schedule", choices=("constant", "inverse-sqrt", "linear"),
                         help="after the warm-up: the peak rate to the end, fairseq's peak * sqrt(warm-up / step) "
                              "(the paper's), or a linear decay to 0 at the last epoch")
+    parser.add_argument("--label-smoothing", default="0",
+                        help="0: plain cross entropy, as the paper; VALUE:EPOCHS,...,VALUE: by epoch")
     # The same in every preset, as the authors ran fairseq: AdamW (0.9, 0.98) with weight decay 1e-4, no clipping.
     parser.add_argument("--weight-decay", type=float, default=1e-4, help="AdamW's")
     parser.add_argument("--clip-norm", type=float, default=0.0, help="clip the gradient's norm (0: no clipping)")
-    parser.add_argument("--precision", choices=("fp32", "bf16", "auto"),
+    parser.add_argument("--precision", choices=("fp32", "bf16", "auto"), default="fp32",
                         help="bf16: matrix products in bfloat16 under autocast (weights and optimizer stay fp32); "
                              "auto: bf16 on a CUDA GPU that has it or a CPU with native bf16 (AVX512-BF16 or AMX), "
                              "else fp32")
@@ -1422,17 +1440,18 @@ def add_training_args(parser):
 
 def parse_training_args(parser, argv, preset_of, run_folder):
     """The one place a training run's settings are resolved: every flag's default is the value the run will use,
-    the preset's for the dataset --data names (preset_of(dataset, the flags --data, --preset, --method, --out)) or,
-    with --resume, the run's own (run_folder(those flags)/last.pt); a flag given on the command line wins and changes
-    only itself (check_resume_settings says which may change). --help shows exactly these values. Then bad numbers
-    are refused, one line and exit 2."""
+    the preset's (its column of ARCHITECTURE, and preset_of(dataset, the flags --data, --preset, --method, --out))
+    or, with --resume, the run's own (run_folder(those flags)/last.pt); a flag given on the command line wins and
+    changes only itself (check_resume_settings says which may change). --help shows exactly these values. Then bad
+    numbers are refused, one line and exit 2."""
     first = argparse.ArgumentParser(add_help=False)
     for name in ("data", "preset", "method", "out"):
         first.add_argument(f"--{name}", default=parser.get_default(name))
     first.add_argument("--resume", action="store_true")
     known = first.parse_known_args(argv)[0]
     try:
-        parser.set_defaults(**preset_of(read_dataset(known.data), known))
+        dataset = read_dataset(known.data)
+        parser.set_defaults(**column(ARCHITECTURE, dataset, known.preset), **preset_of(dataset, known))
         parser.epilog = f"Defaults: the {known.preset} preset's for {known.data}; a flag given wins."
         last = os.path.join(run_folder(known), "last.pt")
         if known.resume and os.path.isfile(last):
@@ -1448,12 +1467,9 @@ def parse_training_args(parser, argv, preset_of, run_folder):
         args.dataset, device = read_dataset(args.data), pick_device(args.device)
     except UsageError as error:
         parser.error(str(error))
-    for name in ("epochs", "batch_size", "patience", "d_model", "n_heads", "layers", "d_ff"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.lr <= 0 or min(args.warmup_steps, args.warmup_start_lr, args.weight_decay) < 0 or \
-            not all(0 <= p < 1 for p in (args.dropout, args.attention_dropout, args.activation_dropout)):
-        parser.error("--lr must be positive, warm-up and weight decay not negative, dropouts within [0, 1)")
+    check_ranges(parser, args, at_least_1="epochs batch_size patience d_model n_heads layers d_ff", positive="lr",
+                 not_negative="warmup_steps warmup_start_lr weight_decay",
+                 fraction="dropout attention_dropout activation_dropout")
     if args.precision == "auto":  # decided here, so that the run's args say which it was
         native = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_has_native_bf16()
         args.precision = "bf16" if native else "fp32"
@@ -1462,6 +1478,28 @@ def parse_training_args(parser, argv, preset_of, run_folder):
     except ValueError:
         parser.error(f"--label-smoothing {args.label_smoothing!r}: a number, or VALUE:EPOCHS,...,VALUE")
     return args
+
+
+def column_name(dataset: str, preset: str) -> str:
+    """The COLUMNS entry of a dataset's preset: SPoC's own where it has one, else SansType's."""
+    return f"spoc {preset}" if dataset == "spoc" and f"spoc {preset}" in COLUMNS else preset
+
+
+def column(table: dict, dataset: str, preset: str) -> dict:
+    """A preset's values in a table of settings (a row per setting: a value per COLUMNS entry)."""
+    return {setting: values[COLUMNS.index(column_name(dataset, preset))] for setting, values in table.items()}
+
+
+def check_ranges(parser, args, **names):
+    """Refuse a number out of its range, one line and exit 2: names by RANGES' key, check_ranges(parser, args,
+    at_least_1="epochs batch_size"); a flag left None (not this run's) passes, a list's every value is checked."""
+    for range_name, listed in names.items():
+        ok, words = RANGES[range_name]
+        for name in listed.split():
+            value = getattr(args, name, None)
+            for v in value if isinstance(value, list) else [value]:
+                if v is not None and not ok(v):
+                    parser.error(f"--{name.replace('_', '-')} {v:g}: must be {words}")
 
 
 def settings(args) -> str:
