@@ -167,8 +167,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(data, denoiser, tmp_pat
         (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--samples", "1",
           "--reinforce-baseline", "leave-one-out"), "needs --samples 2"),  # leave-one-out needs another sample
         (("train_denoiser.py", "--data", tmp_path / "nowhere"), "dataset.json"),
-        (("train_denoiser.py", "--data", data, "--epochs", "-3"), "--epochs must be at least 1, got -3"),
-        (("finetune.py", "--method", "baseline", "--data", data, "--epochs", "0"), "--epochs must be at least 1"),
+        (("train_denoiser.py", "--data", data, "--epochs", "-3"), "--epochs -3: must be at least 1"),
+        (("finetune.py", "--method", "baseline", "--data", data, "--epochs", "0"), "--epochs 0: must be at least 1"),
         (("finetune.py", "--method", "baseline", "--data", data, "--labeled", "5000"), "has only 40 labeled pairs"),
         (("finetune.py", "--method", "baseline", "--data", data, "--dropout", "1.5"), "within [0, 1)"),
         (("finetune.py", "--method", "standard", "--data", data, "--denoiser", denoiser[0], "--layers", "2"),
