@@ -797,173 +797,7 @@ def canonical_smiles(smiles: str) -> str | None:
 
 
 # ============================================================================
-# 5. Losses
-# ============================================================================
-
-def sequence_loss(logits, targets, label_smoothing: float = 0.0):
-    """Mean cross entropy per target token (padding ignored), optionally label-smoothed:
-    (1 - eps) * -log p(y_t) + eps * mean over the vocabulary of -log p(v)."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=PAD_ID,
-                           label_smoothing=label_smoothing)
-
-
-def log_likelihood(logits, targets):
-    """log p(targets) (B,): each row's token log-probabilities summed, padding skipped, under the distribution the
-    decoders draw from (PAD and BOS impossible, as in Transformer.decode_step)."""
-    logits = logits.float().masked_fill(never_generated_mask(logits, logits.shape[-1]), float("-inf"))
-    token = F.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
-    return token.masked_fill(targets == PAD_ID, 0.0).sum(dim=1)  # (not * mask: -inf * 0 is nan)
-
-
-def shift_right(tokens):
-    """A decoder's input for teacher forcing on `tokens`: BOS, then every token but the last."""
-    return F.pad(tokens[:, :-1], (1, 0), value=BOS_ID)
-
-
-def same_sequences(a, b):
-    """Row by row, whether two PAD-padded id tensors hold the same sequence."""
-    width = max(a.shape[1], b.shape[1])
-    return (F.pad(a, (0, width - a.shape[1]), value=PAD_ID) == F.pad(b, (0, width - b.shape[1]), value=PAD_ID)).all(1)
-
-
-@torch.no_grad()
-def sample_outputs(model, src, samples: int, max_len: int) -> Decoded:
-    """`samples` outputs y' ~ p_theta(.|x) per source (one after another), drawn with dropout off, as f
-    predicts at test time."""
-    was_training = model.training
-    model.eval()
-    sampled = model.generate(src, max_len=max_len, sample=True, repeat=samples)
-    model.train(was_training)
-    return sampled
-
-
-def composed_loss(f, denoiser, src, tgt_in, tgt_out, *, samples: int = 1, estimator: str = "reinforce",
-                  baseline: str = "batch", clamp: str = "reward", gamma: float = -50.0, composed_weight: float = 0.1,
-                  lam: float = 1.0, tau: float = 1.0, label_smoothing: float = 0.0, error_free=None,
-                  max_len: int | None = None):
-    """Composed fine-tuning's loss for one batch: minus Eq. 1,
-
-        max_theta  E_{y' ~ p_theta(.|x)}[ log p_beta(y | y') ]  +  lambda * E[ log p_theta(y | x) ]
-
-    where f = p_theta trains and the denoiser Pi = p_beta is frozen (in eval mode, its weights without gradients).
-    The samples y' are discrete, so the first term's gradient needs an estimator (Section 3: "REINFORCE,
-    straight-through estimation, or a Gumbel-softmax reparameterization"):
-      reinforce         E_{y'}[ (log p_beta(y | y') - b) * grad log p_theta(y' | x) ] (Appendix D), from `samples`
-                        outputs per input and a baseline b (reinforce_baseline; b = 0 is the paper's); unbiased.
-                        Clamped at gamma: the reward (the paper's text), log p_theta(y'|x) ("sample"), or the
-                        released code's log p_theta(y'|x) over the padded batch ("padded-sample");
-      straight-through  grad log p_beta(y | y'), the denoiser reading y' as one-hot rows whose gradient passes to
-      gumbel            f's softmax, or to a Gumbel-softmax sample at temperature tau (relaxed_rows); biased.
-    error_free (SPoC, Appendix E): Pi = (g, nu) leaves a y' its error detector g passes as it is, so there
-    log p_beta(y | y') is 0 if y' = y, else gamma. error_free(y') -> a bool per row.
-    Both terms are sums over a sequence's tokens divided by the batch's gold tokens, so lambda weighs them as
-    Eq. 1 does; the composed term is then scaled by composed_weight (REINFORCE's: 0.1, Appendix D: "roughly an
-    order of magnitude larger"). max_len, the samples' length limit, is for the tests only (by default: 16
-    tokens past the batch's longest gold program: a sample much longer is wrong anyway, and cutting it is part of
-    the sampling distribution, for which the estimator stays exact)."""
-    max_len = max_len or min(max_output_length(f, src), tgt_out.shape[1] + 16)
-    y_prime = sample_outputs(f, src, samples, max_len)                                  # y' ~ p_theta(.|x)
-    noisy = with_eos(y_prime)                                                           # y' + EOS, as Pi reads it
-    chosen = F.pad(y_prime.tokens, (0, 1), value=PAD_ID)                                # y', and EOS where f chose it
-    gold_in, gold_out = tgt_in.repeat_interleave(samples, 0), tgt_out.repeat_interleave(samples, 0)
-    memory, memory_mask = f.encode(src)  # one encoder pass (with gradient) for both terms
-    # f teacher-forced on its samples, once: log p_theta(y'|x), and f's distribution at every position of y'
-    f_logits = f.decode(shift_right(noisy), memory.repeat_interleave(samples, 0),
-                        memory_mask.repeat_interleave(samples, 0)).float()
-    if estimator == "reinforce":
-        if clamp == "padded-sample":
-            log_p_sample = released_sample_log_probs(f_logits, chosen, y_prime.lengths, max_len).clamp(min=gamma)
-        else:
-            log_p_sample = log_likelihood(f_logits, chosen)                             # log p_theta(y'|x)
-            log_p_sample = log_p_sample.clamp(min=gamma) if clamp == "sample" else log_p_sample
-        with torch.no_grad():
-            reward = log_likelihood(denoiser.decode(gold_in, *denoiser.encode(noisy)), gold_out)  # log p_beta(y|y')
-            if error_free is not None:  # Pi = (g, nu): what g passes stays as it is
-                reward = torch.where(error_free(y_prime), torch.where(same_sequences(noisy, gold_out), 0.0, gamma),
-                                     reward)
-            reward = reward.clamp(min=gamma) if clamp == "reward" else reward
-        rewards = reward.view(-1, samples)  # (inputs, samples)
-        advantage = (rewards - reinforce_baseline(rewards, baseline)).view(-1)
-        composed = -(advantage * log_p_sample).sum()
-    else:
-        rows = relaxed_rows(f_logits, noisy, estimator, tau)                            # y' + EOS, with a gradient
-        composed = -log_likelihood(denoiser.decode(gold_in, *denoiser.encode(noisy, rows)), gold_out).sum()
-    direct = sequence_loss(f.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)  # -log p_theta(y|x)
-    return composed_weight * composed / samples / (tgt_out != PAD_ID).sum() + lam * direct
-
-
-def relaxed_rows(f_logits, noisy, estimator: str, tau: float = 1.0):
-    """The samples y' + EOS (noisy, as the denoiser reads them) as one-hot rows (B, T, V) whose gradient reaches f,
-    for the straight-through estimators, from f's logits at every position of them (f teacher-forced on its
-    samples). The rows are  one_hot(y') - s.detach() + s:  exactly y' going forward, s's gradient going back, with
-      straight-through  s = p                         (Bengio et al., 2013);
-      gumbel            s = softmax((log p + g) / tau), g Gumbel noise drawn given that log p + g has its
-                        maximum at y' (Tucker et al., 2017), so the relaxed sample is a relaxation of y' itself.
-    p keeps every token (PAD and BOS, which the sampler never draws, have a negligible share)."""
-    log_p = F.log_softmax(f_logits, dim=-1)
-    if estimator == "straight-through":
-        soft = log_p.exp()
-    else:
-        soft = F.softmax(gumbel_given_argmax(log_p, noisy) / tau, dim=-1)
-    hard = F.one_hot(noisy, log_p.shape[-1]).float()
-    return (hard - soft.detach() + soft) * (noisy != PAD_ID)[..., None]  # padding: a zero row, as its embedding
-
-
-def gumbel_given_argmax(log_p, tokens):
-    """log p + g with g ~ Gumbel(0, 1) each, drawn given that the maximum is at `tokens`: the maximum is a
-    Gumbel(logsumexp log p) = Gumbel(0), every other entry a Gumbel(log p_i) truncated below it."""
-    top = -torch.empty_like(log_p[..., :1]).exponential_().log()                # the maximum's value
-    others = log_p - torch.empty_like(log_p).exponential_().log()               # Gumbel(log p_i)
-    return (-torch.logaddexp(-top, -others)).scatter(-1, tokens[..., None], top)  # truncated: -log(e^-top + e^-g)
-
-
-def released_sample_log_probs(f_logits, chosen, lengths, max_len: int):
-    """log p_theta(y'|x) as the released code computes it (finetune.py --clamp padded-sample): summed over every
-    position of the batch's samples padded to the longest, the padding after a sample's end scored as the padding
-    token (which f never learns to predict), nothing masked. Clamped at gamma, a sample shorter than the longest
-    of its batch is almost always clamped, and a clamped sample gets no gradient."""
-    longest = (lengths + (lengths < max_len)).max()  # the longest sample, with its EOS if it chose one
-    token = F.log_softmax(f_logits, dim=-1).gather(-1, chosen[..., None]).squeeze(-1)
-    return token.masked_fill(torch.arange(chosen.shape[1], device=chosen.device) >= longest, 0.0).sum(dim=1)
-
-
-def reinforce_baseline(rewards, kind: str):
-    """b in REINFORCE's (reward - b) * grad log p_theta(y'|x), for rewards of shape (inputs, samples).
-    Any b that does not depend on the sample it is subtracted from keeps the estimate unbiased:
-      batch          the mean reward of the batch's other inputs: training batches hold programs of
-                     near-equal length, so their rewards are comparable, and one sample per input will do;
-      leave-one-out  the mean reward of the input's other samples (needs 2 or more samples);
-      none           b = 0, the paper's estimator."""
-    inputs, samples = rewards.shape
-    if kind == "leave-one-out" and samples > 1:
-        return (rewards.sum(dim=1, keepdim=True) - rewards) / (samples - 1)
-    if kind == "batch" and inputs > 1:
-        per_input = rewards.mean(dim=1, keepdim=True)
-        return ((per_input.sum() - per_input) / (inputs - 1)).expand_as(rewards)
-    return torch.zeros_like(rewards)
-
-
-@torch.no_grad()
-def composed_validation_loss(f, denoiser, val_batches, error_free=None, gamma: float = -50.0) -> float:
-    """Composed fine-tuning's early-stopping criterion: the cross entropy of the composition Pi(f(x)) on the gold y,
-    per gold token, where f decodes greedily (the authors' code scores a sampled f(x) instead) and the frozen Pi is
-    teacher-forced on y. With SPoC's error detector (error_free, as in composed_loss), a prediction g passes costs
-    0 if it is y, else -gamma. val_batches: (src, tgt_in, tgt_out) on the device (device_batches)."""
-    f.eval()
-    total = tokens = 0
-    for src, tgt_in, tgt_out in val_batches:
-        predicted = f.generate(src, max_len=max_output_length(f, src))
-        noisy = with_eos(predicted)
-        logits = denoiser.decode(tgt_in, *denoiser.encode(noisy)).float()
-        loss = F.cross_entropy(logits.transpose(1, 2), tgt_out, ignore_index=PAD_ID, reduction="none").sum(dim=1)
-        if error_free is not None:
-            loss = torch.where(error_free(predicted), torch.where(same_sequences(noisy, tgt_out), 0.0, -gamma), loss)
-        total, tokens = total + loss.double().sum(), tokens + (tgt_out != PAD_ID).sum()
-    return (total / tokens).item()  # a CPU-GPU sync point, once per validation
-
-
-# ============================================================================
-# 6. Checkpoints and run folders
+# 5. Checkpoints and run folders
 # ============================================================================
 # A checkpoint is one self-contained file: the model's config and weights, the tokenizer's
 # bytes, the arguments it was trained with and its best validation loss, so that loading it
@@ -1096,7 +930,7 @@ def check_resume_settings(args, last_path: str, say_changes: bool):
 
 
 # ============================================================================
-# 7. Training loop: batches, fit() with early stopping and resume, schedules
+# 6. Training loop: batches, fit() with early stopping and resume, schedules
 # ============================================================================
 
 def pick_device(name: str | None = None) -> torch.device:
@@ -1235,67 +1069,6 @@ def validation_loss(model, val_batches) -> float:
     return (total / tokens).item()  # a CPU-GPU sync point, once per validation
 
 
-def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
-        loss_fn=None, validate=None):
-    """Train with AdamW, validate after every epoch, keep the best epoch in out_dir/model.pt (the latest in
-    last.pt, for --resume) and stop after `args.patience` epochs without a better one. train_pairs_for_epoch(
-    epoch) gives that epoch's (src, tgt) id pairs (the denoiser corrupts afresh each epoch); `trainable` may
-    name the only parameters to train (BART's first stage); `extra` goes into every checkpoint. loss_fn(model,
-    src, tgt_in, tgt_out, label_smoothing) is a batch's loss (default: sequence_loss), validate(model)
-    the criterion (default: validation_loss)."""
-    device = pick_device(args.device)
-    model.to(device)
-    loss_fn = loss_fn or (lambda model, src, tgt_in, tgt_out, smoothing:  # -log p(y | x) per target token
-                          sequence_loss(model(src, tgt_in), tgt_out, smoothing))
-    if validate is None:
-        val_batches = device_batches(val_pairs, validation_batch_size(val_pairs, args.batch_size, device), device)
-        validate = lambda model: validation_loss(model, val_batches)  # noqa: E731
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay,
-                                  fused=device.type == "cuda")  # one kernel for every weight's update
-    last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
-    last = checkpoint_to_resume(last_path) if args.resume else None
-    state = last["state"] if last else {"epoch": 0, "best_loss": float("inf"), "best_epoch": 0, "history": []}
-
-    def batches_of(epoch):  # random order and ties, the same for a seed's epoch whatever --epochs
-        return batches(train_pairs_for_epoch(epoch), args.batch_size, random.Random(f"{args.seed}-batch order-{epoch}"),
-                       length_multiple(device))
-
-    # Epochs state + 1 .. args.epochs, each made while the one before it trains (the first while nothing does).
-    upcoming = (unpack_epoch(packed, pin=device.type == "cuda")
-                for packed in epoch_loader(batches_of, range(state["epoch"] + 1, args.epochs + 1)))
-    first_batches = next(upcoming, [])
-    upcoming = itertools.chain([first_batches], upcoming)
-    total_steps = max(1, args.epochs * len(first_batches))  # the schedule's length (1: a resumed run that had ended)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, args, total_steps))
-    if last:
-        restore(last, model, optimizer, scheduler, device)
-        print(f"resumed from {last_path} after epoch {state['epoch']}", file=sys.stderr)
-
-    def checkpoint(**more):
-        return {"config": asdict(model.config), "model": model.state_dict(), "args": vars(args), **extra, **more}
-
-    while state["epoch"] < args.epochs and state["epoch"] - state["best_epoch"] < args.patience:
-        epoch, started = state["epoch"] + 1, time.time()
-        smoothing = label_smoothing_at(epoch, args.label_smoothing)
-        train_loss = train_one_epoch(model, next(upcoming), optimizer, scheduler, args, device, trainable, epoch,
-                                     lambda *batch: loss_fn(*batch, smoothing))
-        with autocast(args.precision, device):
-            val_loss = validate(model)
-        state["epoch"] = epoch
-        improved = val_loss < state["best_loss"]
-        if improved:
-            state["best_loss"], state["best_epoch"] = val_loss, epoch
-            save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=epoch))
-        notes = on_epoch(model, epoch) if on_epoch else ""
-        seconds = time.time() - started  # the epoch with its validation and reports
-        state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds})
-        print(f"epoch {epoch}: train loss {train_loss:.4f}, val loss {val_loss:.4f}{' (best)' if improved else ''}"
-              f"{notes}; {seconds:.1f} s", file=sys.stderr, flush=True)
-        save_checkpoint(last_path, checkpoint(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
-                                              state=state, rng=random_states(device)))
-    return state
-
-
 def random_states(device) -> dict:
     """The generators a resumed run must continue from: the CPU's, and the GPU's where it trains (dropout, samples)."""
     return {"torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda"
@@ -1352,22 +1125,87 @@ def learning_rate_factor(step: int, args, total_steps: int) -> float:
     return warmup
 
 
-def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, trainable, epoch: int,
-                    batch_loss) -> float:
-    """One pass over the epoch's batches; the mean training loss per target token. Nothing in the loop waits for
-    the GPU: the loss is summed on the device and read only for a progress line and at the end."""
+def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
+        denoiser=None, error_free=None):
+    """Train with AdamW, validate after every epoch, keep the best epoch in out_dir/model.pt (the latest in
+    last.pt, for --resume) and stop after `args.patience` epochs without a better one. train_pairs_for_epoch(
+    epoch) gives that epoch's (src, tgt) id pairs (the denoiser corrupts afresh each epoch); `trainable` may
+    name the only parameters to train (BART's first stage); `extra` goes into every checkpoint; on_epoch(model,
+    epoch) may add a note to an epoch's line. With a frozen `denoiser` Pi (on the device, in eval mode), the model
+    is composed fine-tuning's f: it trains on minus Eq. 1 (composed_loss, with args' settings; error_free: SPoC's
+    g) and keeps the epoch where Pi(f(x)) has the lowest validation loss (composed_validation_loss)."""
+    device = pick_device(args.device)
+    model.to(device)
+    val_batches = device_batches(val_pairs, validation_batch_size(val_pairs, args.batch_size, device), device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay,
+                                  fused=device.type == "cuda")  # one kernel for every weight's update
+    last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
+    last = checkpoint_to_resume(last_path) if args.resume else None
+    state = last["state"] if last else {"epoch": 0, "best_loss": float("inf"), "best_epoch": 0, "history": []}
+
+    def batches_of(epoch):  # random order and ties, the same for a seed's epoch whatever --epochs
+        return batches(train_pairs_for_epoch(epoch), args.batch_size, random.Random(f"{args.seed}-batch order-{epoch}"),
+                       length_multiple(device))
+
+    # Epochs state + 1 .. args.epochs, each made while the one before it trains (the first while nothing does).
+    upcoming = (unpack_epoch(packed, pin=device.type == "cuda")
+                for packed in epoch_loader(batches_of, range(state["epoch"] + 1, args.epochs + 1)))
+    first_batches = next(upcoming, [])
+    upcoming = itertools.chain([first_batches], upcoming)
+    total_steps = max(1, args.epochs * len(first_batches))  # the schedule's length (1: a resumed run that had ended)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, args, total_steps))
+    if last:
+        restore(last, model, optimizer, scheduler, device)
+        print(f"resumed from {last_path} after epoch {state['epoch']}", file=sys.stderr)
+
+    def checkpoint(**more):
+        return {"config": asdict(model.config), "model": model.state_dict(), "args": vars(args), **extra, **more}
+
+    for name, parameter in model.named_parameters():  # BART's first stage trains the encoder alone
+        parameter.requires_grad_(trainable is None or name in trainable)
+    while state["epoch"] < args.epochs and state["epoch"] - state["best_epoch"] < args.patience:
+        epoch, started = state["epoch"] + 1, time.time()
+        smoothing = label_smoothing_at(epoch, args.label_smoothing)
+        train_loss = train_one_epoch(model, next(upcoming), optimizer, scheduler, args, device, epoch, smoothing,
+                                     denoiser, error_free)
+        with autocast(args.precision, device):
+            val_loss = validation_loss(model, val_batches) if denoiser is None else \
+                composed_validation_loss(model, denoiser, val_batches, error_free, args.gamma)  # of Pi(f(x))
+        state["epoch"] = epoch
+        improved = val_loss < state["best_loss"]
+        if improved:
+            state["best_loss"], state["best_epoch"] = val_loss, epoch
+            save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=epoch))
+        notes = on_epoch(model, epoch) if on_epoch else ""
+        seconds = time.time() - started  # the epoch with its validation and reports
+        state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds})
+        print(f"epoch {epoch}: train loss {train_loss:.4f}, val loss {val_loss:.4f}{' (best)' if improved else ''}"
+              f"{notes}; {seconds:.1f} s", file=sys.stderr, flush=True)
+        save_checkpoint(last_path, checkpoint(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
+                                              state=state, rng=random_states(device)))
+    model.requires_grad_(True)
+    return state
+
+
+def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, epoch: int, label_smoothing: float,
+                    denoiser=None, error_free=None) -> float:
+    """One pass over the epoch's batches; the mean training loss per target token. A step's loss is -log p(y|x)
+    or, with a frozen denoiser Pi, minus Eq. 1 (composed_loss, just below). Nothing in the loop waits for the GPU:
+    the loss is summed on the device and read only for a progress line and at the end."""
     model.train()
-    if trainable is not None:  # freeze the rest
-        names = set(trainable)
-        for name, parameter in model.named_parameters():
-            parameter.requires_grad_(name in names)
     meter = Progress(len(epoch_batches), f"epoch {epoch}/{args.epochs}", every_seconds=30)
     total = torch.zeros((), dtype=torch.float64, device=device)
     tokens = torch.zeros((), dtype=torch.long, device=device)
     for batch in epoch_batches:
         src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in batch)
         with autocast(args.precision, device):
-            loss = batch_loss(model, src, tgt_in, tgt_out)
+            if denoiser is None:  # -log p_theta(y|x) per target token
+                loss = sequence_loss(model(src, tgt_in), tgt_out, label_smoothing)
+            else:  # composed fine-tuning: minus Eq. 1, Pi frozen
+                loss = composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=args.samples,
+                                     estimator=args.estimator, baseline=args.reinforce_baseline, clamp=args.clamp,
+                                     gamma=args.gamma, composed_weight=args.composed_weight, lam=args.lam,
+                                     tau=args.tau, label_smoothing=label_smoothing, error_free=error_free)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if args.clip_norm:
@@ -1378,14 +1216,191 @@ def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, tr
         total += loss.detach().double() * n
         tokens += n
         meter.step(extra=lambda: f"loss {(total / tokens).item():.3f}, {tokens.item() / meter.elapsed():.0f} tok/s")
-    for parameter in model.parameters():
-        parameter.requires_grad_(True)
     return (total / tokens).item()  # a CPU-GPU sync point, once per epoch
+
+
+# ============================================================================
+# 7. Losses
+# ============================================================================
+
+def composed_loss(f, denoiser, src, tgt_in, tgt_out, *, samples: int = 1, estimator: str = "reinforce",
+                  baseline: str = "batch", clamp: str = "reward", gamma: float = -50.0, composed_weight: float = 0.1,
+                  lam: float = 1.0, tau: float = 1.0, label_smoothing: float = 0.0, error_free=None,
+                  max_len: int | None = None):
+    """Minus Eq. 1 for one batch, f = p_theta training, the denoiser Pi = p_beta frozen (eval mode, no gradients):
+
+        max_theta  E_{y' ~ p_theta(.|x)}[ log p_beta(y | y') ]  +  lambda * E[ log p_theta(y | x) ]
+
+    y' is discrete, so the first term's gradient needs an estimator (Section 3): reinforce, the paper's (Appendix
+    D), E[(log p_beta(y|y') - b) * grad log p_theta(y'|x)] from `samples` outputs per input, with a baseline b
+    (reinforce_baseline; the paper's b = 0) and a clamp at gamma (the reward, the paper's text, or sample_log_probs');
+    or straight-through and gumbel, biased (relaxed_rows). error_free: SPoC's g (Appendix E), a bool per y'. Both
+    terms are summed over tokens and divided by the batch's gold tokens, as Eq. 1 weighs them; composed_weight
+    scales the first (REINFORCE's 0.1, Appendix D). max_len, for tests: the samples' limit (default: 16 tokens past
+    the longest gold program; cutting there is part of the sampling distribution, for which the estimator is exact)."""
+    max_len = max_len or min(max_output_length(f, src), tgt_out.shape[1] + 16)
+    y_prime = sample_outputs(f, src, samples, max_len)                                  # y' ~ p_theta(.|x)
+    noisy = with_eos(y_prime)                                                           # y' + EOS, as Pi reads it
+    gold_in, gold_out = tgt_in.repeat_interleave(samples, 0), tgt_out.repeat_interleave(samples, 0)
+    memory, memory_mask = f.encode(src)  # one encoder pass (with gradient) for both terms
+    # f teacher-forced on its samples, once: log p_theta(y'|x), and f's distribution at every position of y'
+    f_logits = f.decode(shift_right(noisy), memory.repeat_interleave(samples, 0),
+                        memory_mask.repeat_interleave(samples, 0)).float()
+    if estimator == "reinforce":
+        log_p_sample = sample_log_probs(f_logits, y_prime, clamp, gamma, max_len)       # log p_theta(y'|x)
+        with torch.no_grad():  # the frozen Pi scores y': a reward, no gradient
+            reward = log_likelihood(denoiser.decode(gold_in, *denoiser.encode(noisy)), gold_out)  # log p_beta(y|y')
+            if error_free is not None:  # SPoC's Pi = (g, nu): what g passes stays as it is
+                reward = torch.where(error_free(y_prime), torch.where(same_sequences(noisy, gold_out), 0.0, gamma),
+                                     reward)
+            reward = reward.clamp(min=gamma) if clamp == "reward" else reward
+        rewards = reward.view(-1, samples)  # (inputs, samples)
+        advantage = (rewards - reinforce_baseline(rewards, baseline)).view(-1)         # b = 0: the paper's
+        composed = -(advantage * log_p_sample).sum()                                    # REINFORCE
+    else:  # straight-through, gumbel: Pi reads y' as one-hot rows through which a gradient reaches f
+        rows = relaxed_rows(f_logits, noisy, estimator, tau)
+        composed = -log_likelihood(denoiser.decode(gold_in, *denoiser.encode(noisy, rows)), gold_out).sum()
+    direct = sequence_loss(f.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)  # -log p_theta(y|x)
+    return composed_weight * composed / samples / (tgt_out != PAD_ID).sum() + lam * direct   # minus Eq. 1
+
+
+def sequence_loss(logits, targets, label_smoothing: float = 0.0):
+    """Mean cross entropy per target token (padding ignored), optionally label-smoothed:
+    (1 - eps) * -log p(y_t) + eps * mean over the vocabulary of -log p(v)."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=PAD_ID,
+                           label_smoothing=label_smoothing)
+
+
+def log_likelihood(logits, targets):
+    """log p(targets) (B,): each row's token log-probabilities summed, padding skipped, under the distribution the
+    decoders draw from (PAD and BOS impossible, as in Transformer.decode_step)."""
+    logits = logits.float().masked_fill(never_generated_mask(logits, logits.shape[-1]), float("-inf"))
+    token = F.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+    return token.masked_fill(targets == PAD_ID, 0.0).sum(dim=1)  # (not * mask: -inf * 0 is nan)
+
+
+def shift_right(tokens):
+    """A decoder's input for teacher forcing on `tokens`: BOS, then every token but the last."""
+    return F.pad(tokens[:, :-1], (1, 0), value=BOS_ID)
+
+
+def same_sequences(a, b):
+    """Row by row, whether two PAD-padded id tensors hold the same sequence."""
+    width = max(a.shape[1], b.shape[1])
+    return (F.pad(a, (0, width - a.shape[1]), value=PAD_ID) == F.pad(b, (0, width - b.shape[1]), value=PAD_ID)).all(1)
+
+
+@torch.no_grad()
+def sample_outputs(model, src, samples: int, max_len: int) -> Decoded:
+    """`samples` outputs y' ~ p_theta(.|x) per source (one after another), drawn with dropout off, as f
+    predicts at test time."""
+    was_training = model.training
+    model.eval()
+    sampled = model.generate(src, max_len=max_len, sample=True, repeat=samples)
+    model.train(was_training)
+    return sampled
+
+
+def sample_log_probs(f_logits, y_prime: Decoded, clamp: str, gamma: float, max_len: int):
+    """log p_theta(y'|x) of each sample, from f teacher-forced on them (f_logits), clamped at gamma where --clamp
+    says so: "sample", or "padded-sample", the released code's sum over the batch's padded samples."""
+    chosen = F.pad(y_prime.tokens, (0, 1), value=PAD_ID)  # y', and EOS where f chose it
+    if clamp == "padded-sample":
+        return released_sample_log_probs(f_logits, chosen, y_prime.lengths, max_len).clamp(min=gamma)
+    log_p_sample = log_likelihood(f_logits, chosen)
+    return log_p_sample.clamp(min=gamma) if clamp == "sample" else log_p_sample
+
+
+def relaxed_rows(f_logits, noisy, estimator: str, tau: float = 1.0):
+    """The samples y' + EOS (noisy, as the denoiser reads them) as one-hot rows (B, T, V) whose gradient reaches f,
+    for the straight-through estimators, from f's logits at every position of them (f teacher-forced on its
+    samples). The rows are  one_hot(y') - s.detach() + s:  exactly y' going forward, s's gradient going back, with
+      straight-through  s = p                         (Bengio et al., 2013);
+      gumbel            s = softmax((log p + g) / tau), g Gumbel noise drawn given that log p + g has its
+                        maximum at y' (Tucker et al., 2017), so the relaxed sample is a relaxation of y' itself.
+    p keeps every token (PAD and BOS, which the sampler never draws, have a negligible share)."""
+    log_p = F.log_softmax(f_logits, dim=-1)
+    if estimator == "straight-through":
+        soft = log_p.exp()
+    else:
+        soft = F.softmax(gumbel_given_argmax(log_p, noisy) / tau, dim=-1)
+    hard = F.one_hot(noisy, log_p.shape[-1]).float()
+    return (hard - soft.detach() + soft) * (noisy != PAD_ID)[..., None]  # padding: a zero row, as its embedding
+
+
+def gumbel_given_argmax(log_p, tokens):
+    """log p + g with g ~ Gumbel(0, 1) each, drawn given that the maximum is at `tokens`: the maximum is a
+    Gumbel(logsumexp log p) = Gumbel(0), every other entry a Gumbel(log p_i) truncated below it."""
+    top = -torch.empty_like(log_p[..., :1]).exponential_().log()                # the maximum's value
+    others = log_p - torch.empty_like(log_p).exponential_().log()               # Gumbel(log p_i)
+    return (-torch.logaddexp(-top, -others)).scatter(-1, tokens[..., None], top)  # truncated: -log(e^-top + e^-g)
+
+
+def released_sample_log_probs(f_logits, chosen, lengths, max_len: int):
+    """log p_theta(y'|x) as the released code computes it (finetune.py --clamp padded-sample): summed over every
+    position of the batch's samples padded to the longest, the padding after a sample's end scored as the padding
+    token (which f never learns to predict), nothing masked. Clamped at gamma, a sample shorter than the longest
+    of its batch is almost always clamped, and a clamped sample gets no gradient."""
+    longest = (lengths + (lengths < max_len)).max()  # the longest sample, with its EOS if it chose one
+    token = F.log_softmax(f_logits, dim=-1).gather(-1, chosen[..., None]).squeeze(-1)
+    return token.masked_fill(torch.arange(chosen.shape[1], device=chosen.device) >= longest, 0.0).sum(dim=1)
+
+
+def reinforce_baseline(rewards, kind: str):
+    """b in REINFORCE's (reward - b) * grad log p_theta(y'|x), for rewards of shape (inputs, samples).
+    Any b that does not depend on the sample it is subtracted from keeps the estimate unbiased:
+      batch          the mean reward of the batch's other inputs: training batches hold programs of
+                     near-equal length, so their rewards are comparable, and one sample per input will do;
+      leave-one-out  the mean reward of the input's other samples (needs 2 or more samples);
+      none           b = 0, the paper's estimator."""
+    inputs, samples = rewards.shape
+    if kind == "leave-one-out" and samples > 1:
+        return (rewards.sum(dim=1, keepdim=True) - rewards) / (samples - 1)
+    if kind == "batch" and inputs > 1:
+        per_input = rewards.mean(dim=1, keepdim=True)
+        return ((per_input.sum() - per_input) / (inputs - 1)).expand_as(rewards)
+    return torch.zeros_like(rewards)
+
+
+@torch.no_grad()
+def composed_validation_loss(f, denoiser, val_batches, error_free=None, gamma: float = -50.0) -> float:
+    """Composed fine-tuning's early-stopping criterion: the cross entropy of the composition Pi(f(x)) on the gold y,
+    per gold token, where f decodes greedily (the authors' code scores a sampled f(x) instead) and the frozen Pi is
+    teacher-forced on y. With SPoC's error detector (error_free, as in composed_loss), a prediction g passes costs
+    0 if it is y, else -gamma. val_batches: (src, tgt_in, tgt_out) on the device (device_batches)."""
+    f.eval()
+    total = tokens = 0
+    for src, tgt_in, tgt_out in val_batches:
+        predicted = f.generate(src, max_len=max_output_length(f, src))
+        noisy = with_eos(predicted)
+        logits = denoiser.decode(tgt_in, *denoiser.encode(noisy)).float()
+        loss = F.cross_entropy(logits.transpose(1, 2), tgt_out, ignore_index=PAD_ID, reduction="none").sum(dim=1)
+        if error_free is not None:
+            loss = torch.where(error_free(predicted), torch.where(same_sequences(noisy, tgt_out), 0.0, -gamma), loss)
+        total, tokens = total + loss.double().sum(), tokens + (tgt_out != PAD_ID).sum()
+    return (total / tokens).item()  # a CPU-GPU sync point, once per validation
 
 
 # ============================================================================
 # 8. Command line: flags and presets, one-line errors, progress lines
 # ============================================================================
+
+# The presets, a column each in the training scripts' tables of settings (a row per setting): SansType's three and
+# SPoC's two (Appendix E). A dataset without a column of its own takes SansType's (molecules, a task, SPoC's smoke).
+COLUMNS = ("paper", "cpu", "smoke", "spoc paper", "spoc cpu")
+# The Transformer each preset builds, Pi and f alike (standard fine-tuning starts f from Pi's weights).
+#                  SansType: paper  cpu   smoke     SPoC: paper  cpu
+ARCHITECTURE = dict(
+    d_model=           (256,        128,  32,             256,   128),
+    n_heads=           (2,          4,    2,              8,     4),
+    layers=            (3,          2,    1,              5,     2),
+    d_ff=              (1024,       512,  64,             1024,  512),
+)
+# What a number must be, for check_ranges: a test and the words of its one-line refusal.
+RANGES = {"at_least_1": (lambda v: v >= 1, "at least 1"), "not_negative": (lambda v: v >= 0, "at least 0"),
+          "positive": (lambda v: v > 0, "above 0"), "fraction": (lambda v: 0 <= v < 1, "within [0, 1)"),
+          "probability": (lambda v: 0 <= v <= 1, "within [0, 1]")}
+
 
 def add_training_args(parser):
     """Flags shared by the training scripts; parse_training_args sets their defaults to the preset's values."""
@@ -1396,7 +1411,6 @@ def add_training_args(parser):
             ("--lr", float, "peak learning rate of AdamW"),
             ("--warmup-steps", int, "linear warm-up (--lr-schedule linear: at most a tenth of the run)"),
             ("--warmup-start-lr", float, "the rate the warm-up starts from"),
-            ("--label-smoothing", str, "0: plain cross entropy, as the paper; VALUE:EPOCHS,...,VALUE: by epoch"),
             ("--patience", int, "stop after this many epochs without a better validation loss"),
             ("--d-model", int, "the model's width"), ("--n-heads", int, "attention heads"),
             ("--layers", int, "encoder and decoder layers each"), ("--d-ff", int, "the feed-forward layer's width"),
@@ -1407,10 +1421,12 @@ def add_training_args(parser):
     parser.add_argument("--lr-schedule", choices=("constant", "inverse-sqrt", "linear"),
                         help="after the warm-up: the peak rate to the end, fairseq's peak * sqrt(warm-up / step) "
                              "(the paper's), or a linear decay to 0 at the last epoch")
+    parser.add_argument("--label-smoothing", default="0",
+                        help="0: plain cross entropy, as the paper; VALUE:EPOCHS,...,VALUE: by epoch")
     # The same in every preset, as the authors ran fairseq: AdamW (0.9, 0.98) with weight decay 1e-4, no clipping.
     parser.add_argument("--weight-decay", type=float, default=1e-4, help="AdamW's")
     parser.add_argument("--clip-norm", type=float, default=0.0, help="clip the gradient's norm (0: no clipping)")
-    parser.add_argument("--precision", choices=("fp32", "bf16", "auto"),
+    parser.add_argument("--precision", choices=("fp32", "bf16", "auto"), default="fp32",
                         help="bf16: matrix products in bfloat16 under autocast (weights and optimizer stay fp32); "
                              "auto: bf16 on a CUDA GPU that has it or a CPU with native bf16 (AVX512-BF16 or AMX), "
                              "else fp32")
@@ -1424,17 +1440,18 @@ def add_training_args(parser):
 
 def parse_training_args(parser, argv, preset_of, run_folder):
     """The one place a training run's settings are resolved: every flag's default is the value the run will use,
-    the preset's for the dataset --data names (preset_of(dataset, the flags --data, --preset, --method, --out)) or,
-    with --resume, the run's own (run_folder(those flags)/last.pt); a flag given on the command line wins and changes
-    only itself (check_resume_settings says which may change). --help shows exactly these values. Then bad numbers
-    are refused, one line and exit 2."""
+    the preset's (its column of ARCHITECTURE, and preset_of(dataset, the flags --data, --preset, --method, --out))
+    or, with --resume, the run's own (run_folder(those flags)/last.pt); a flag given on the command line wins and
+    changes only itself (check_resume_settings says which may change). --help shows exactly these values. Then bad
+    numbers are refused, one line and exit 2."""
     first = argparse.ArgumentParser(add_help=False)
     for name in ("data", "preset", "method", "out"):
         first.add_argument(f"--{name}", default=parser.get_default(name))
     first.add_argument("--resume", action="store_true")
     known = first.parse_known_args(argv)[0]
     try:
-        parser.set_defaults(**preset_of(read_dataset(known.data), known))
+        dataset = read_dataset(known.data)
+        parser.set_defaults(**column(ARCHITECTURE, dataset, known.preset), **preset_of(dataset, known))
         parser.epilog = f"Defaults: the {known.preset} preset's for {known.data}; a flag given wins."
         last = os.path.join(run_folder(known), "last.pt")
         if known.resume and os.path.isfile(last):
@@ -1450,12 +1467,9 @@ def parse_training_args(parser, argv, preset_of, run_folder):
         args.dataset, device = read_dataset(args.data), pick_device(args.device)
     except UsageError as error:
         parser.error(str(error))
-    for name in ("epochs", "batch_size", "patience", "d_model", "n_heads", "layers", "d_ff"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.lr <= 0 or min(args.warmup_steps, args.warmup_start_lr, args.weight_decay) < 0 or \
-            not all(0 <= p < 1 for p in (args.dropout, args.attention_dropout, args.activation_dropout)):
-        parser.error("--lr must be positive, warm-up and weight decay not negative, dropouts within [0, 1)")
+    check_ranges(parser, args, at_least_1="epochs batch_size patience d_model n_heads layers d_ff", positive="lr",
+                 not_negative="warmup_steps warmup_start_lr weight_decay",
+                 fraction="dropout attention_dropout activation_dropout")
     if args.precision == "auto":  # decided here, so that the run's args say which it was
         native = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_has_native_bf16()
         args.precision = "bf16" if native else "fp32"
@@ -1464,6 +1478,28 @@ def parse_training_args(parser, argv, preset_of, run_folder):
     except ValueError:
         parser.error(f"--label-smoothing {args.label_smoothing!r}: a number, or VALUE:EPOCHS,...,VALUE")
     return args
+
+
+def column_name(dataset: str, preset: str) -> str:
+    """The COLUMNS entry of a dataset's preset: SPoC's own where it has one, else SansType's."""
+    return f"spoc {preset}" if dataset == "spoc" and f"spoc {preset}" in COLUMNS else preset
+
+
+def column(table: dict, dataset: str, preset: str) -> dict:
+    """A preset's values in a table of settings (a row per setting: a value per COLUMNS entry)."""
+    return {setting: values[COLUMNS.index(column_name(dataset, preset))] for setting, values in table.items()}
+
+
+def check_ranges(parser, args, **names):
+    """Refuse a number out of its range, one line and exit 2: names by RANGES' key, check_ranges(parser, args,
+    at_least_1="epochs batch_size"); a flag left None (not this run's) passes, a list's every value is checked."""
+    for range_name, listed in names.items():
+        ok, words = RANGES[range_name]
+        for name in listed.split():
+            value = getattr(args, name, None)
+            for v in value if isinstance(value, list) else [value]:
+                if v is not None and not ok(v):
+                    parser.error(f"--{name.replace('_', '-')} {v:g}: must be {words}")
 
 
 def settings(args) -> str:

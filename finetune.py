@@ -29,92 +29,54 @@ import spoc
 
 METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
 
-# Every value a predictor trains with, by (dataset, preset) and method: each preset's values shared by its methods,
-# then what a method changes. A flag given on the command line wins.
-# The authors' fairseq commands: ~16000 tokens (about 176 programs) an update, inverse-sqrt after a warm-up that
-# depends on the start (from scratch: 400 updates from 5e-4; from Pi: 150 from 1e-4), composed at a tenth of the
-# rate (Appendix D: f starts fine-tuned, and the REINFORCE gradient is noisy).
-SANSTYPE_PAPER = dict(
-    d_model=256, n_heads=2, layers=3, d_ff=1024, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
-    batch_size=176, lr=2e-3, lr_schedule="inverse-sqrt", warmup_steps=150, warmup_start_lr=1e-4,
-    epochs=300, patience=500, label_smoothing="0", precision="fp32")
-# Minutes on 2 cores: Pi's model, a quarter of the paper's; no attention or activation dropout (their random masks
-# cost a quarter of a step; more dropout underfits at this size); a linear decay over more epochs than a run needs,
-# so that each stops at its best epoch (patience). EXPERIMENTS.md, "the regime on two CPU cores".
-SANSTYPE_CPU = dict(
-    d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
-    batch_size=32, lr=1e-3, lr_schedule="linear", warmup_steps=300, warmup_start_lr=0.0,
-    epochs=80, patience=10, label_smoothing="0", precision="fp32")
-SMOKE = dict(  # the tests
-    d_model=32, n_heads=2, layers=1, d_ff=64, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
-    batch_size=8, lr=1e-3, lr_schedule="linear", warmup_steps=5, warmup_start_lr=0.0,
-    epochs=2, patience=2, label_smoothing="0", precision="fp32")
+# Every value a predictor trains with: a row per setting, a value per preset (common.COLUMNS), then what a method
+# changes. The model's size is common.ARCHITECTURE's, Pi's too. A flag given on the command line wins; a run's
+# settings line lists every value. paper: the authors' fairseq commands, ~16000 tokens (about 176 programs) an update,
+# inverse-sqrt after a warm-up; cpu, minutes on 2 cores: no attention or activation dropout (their random masks cost
+# a quarter of a step; more dropout underfits at this size), a linear decay over more epochs than a run needs, so
+# that each stops at its best (patience; EXPERIMENTS.md, "the regime on two CPU cores"); smoke: the tests. SPoC's
+# paper (Appendix E): FLoRes's recipe, label smoothing lowered near the end (it helped); its cpu: for the full release.
+#                       SansType: paper  cpu       smoke          SPoC: paper             cpu
+PRESETS = dict(
+    dropout=           (0.1,             0.1,      0.1,           0.4,                    0.1),
+    attention_dropout= (0.2,             0.0,      0.2,           0.2,                    0.0),
+    activation_dropout=(0.2,             0.0,      0.2,           0.2,                    0.0),
+    batch_size=        (176,             32,       8,             90,                     32),
+    lr=                (2e-3,            1e-3,     1e-3,          1e-3,                   1e-3),
+    lr_schedule=       ("inverse-sqrt",  "linear", "linear",      "inverse-sqrt",         "linear"),
+    warmup_steps=      (150,             300,      5,             4000,                   300),
+    warmup_start_lr=   (1e-4,            0.0,      0.0,           1e-7,                   0.0),
+    epochs=            (300,             80,       2,             150,                    3),
+    patience=          (500,             10,       2,             150,                    3),
+    label_smoothing=   ("0",             "0",      "0",           "0.2:100,0.1:25,0.05",  "0"),
+)
 # Composed's estimator of Eq. 1's first term: REINFORCE with one sample and the batch baseline, as good on validation
 # as two samples at the same compute, at 3x a standard step's cost instead of 5x (EXPERIMENTS.md, "the REINFORCE
-# estimator"). composed_weight 0.1 is REINFORCE's; the straight-through estimators want 1 (--composed-weight 1: at 0.1
-# they are level with no term at all), tau is gumbel's temperature (EXPERIMENTS.md, "straight-through and Gumbel").
+# estimator"). composed_weight 0.1 is REINFORCE's; the straight-through estimators want 1 (at 0.1 they are level with
+# no term at all), tau is gumbel's temperature (EXPERIMENTS.md, "straight-through and Gumbel").
 ESTIMATOR = dict(estimator="reinforce", samples=1, reinforce_baseline="batch", clamp="reward", gamma=-50.0,
                  composed_weight=0.1, lam=1.0, tau=1.0)
-# Appendix E: 5+5 layers, 8 heads, dropout 0.4, FLoRes's recipe (1e-3 after 4000 updates from 1e-7, ~16000
-# tokens, about 90 programs, an update), label smoothing 0.2 -> 0.1 -> 0.05 (lowering it near the end helped).
-SPOC_PAPER = dict(
-    d_model=256, n_heads=8, layers=5, d_ff=1024, dropout=0.4, attention_dropout=0.2, activation_dropout=0.2,
-    batch_size=90, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7,
-    epochs=150, patience=150, label_smoothing="0.2:100,0.1:25,0.05", precision="fp32")
-SPOC_CPU = dict(  # sized for the full release, 11 times SansType's pairs
-    d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
-    batch_size=32, lr=1e-3, lr_schedule="linear", warmup_steps=300, warmup_start_lr=0.0,
-    epochs=3, patience=3, label_smoothing="0", precision="fp32")
-
-PRESETS = {
-    ("sanstype", "paper"): {
-        "baseline": dict(SANSTYPE_PAPER, warmup_steps=400, warmup_start_lr=5e-4, epochs=500),
-        "standard": SANSTYPE_PAPER,
-        "bart": dict(SANSTYPE_PAPER, frozen_epochs=200),  # 200 epochs with the encoder alone, then 100
-        # Up to the authors' 300 epochs, stopped 50 after its best: on an H100 the criterion was lowest at epoch 12
-        # and no better over the next 47 (EXPERIMENTS.md, "the paper preset on a GPU").
-        "composed": dict(SANSTYPE_PAPER, lr=2e-4, warmup_steps=90, warmup_start_lr=0.0, patience=50, **ESTIMATOR),
-        "backtranslation": dict(SANSTYPE_PAPER, warmup_steps=400, warmup_start_lr=5e-4, epochs=500,
-                                reverse_epochs=500, labeled_epochs=300, synthetic_programs=0),
-    },
-    ("sanstype", "cpu"): {
-        "baseline": dict(SANSTYPE_CPU, epochs=120),
-        "standard": SANSTYPE_CPU,
-        "bart": dict(SANSTYPE_CPU, frozen_epochs=15),
-        "composed": dict(SANSTYPE_CPU, lr=1e-4, epochs=6, patience=3, **ESTIMATOR),
-        "backtranslation": dict(SANSTYPE_CPU, epochs=12, reverse_epochs=60, labeled_epochs=25,
-                                synthetic_programs=4000),
-    },
-    ("sanstype", "smoke"): {
-        "baseline": SMOKE,
-        "standard": SMOKE,
-        "bart": dict(SMOKE, frozen_epochs=1),
-        "composed": dict(SMOKE, lr=1e-4, **ESTIMATOR),
-        "backtranslation": dict(SMOKE, epochs=1, reverse_epochs=2, labeled_epochs=2, synthetic_programs=16),
-    },
-    ("spoc", "paper"): {
-        "baseline": SPOC_PAPER,
-        "standard": SPOC_PAPER,
-        "bart": dict(SPOC_PAPER, frozen_epochs=100),
-        "composed": dict(SPOC_PAPER, lr=1e-4, epochs=20, label_smoothing="0.05", **ESTIMATOR),
-        "backtranslation": dict(SPOC_PAPER, reverse_epochs=150, labeled_epochs=150, synthetic_programs=0),
-    },
-    ("spoc", "cpu"): {
-        "baseline": dict(SPOC_CPU, epochs=6),
-        "standard": SPOC_CPU,
-        "bart": dict(SPOC_CPU, epochs=4, frozen_epochs=2),
-        "composed": dict(SPOC_CPU, lr=1e-4, epochs=1, **ESTIMATOR),
-        "backtranslation": dict(SPOC_CPU, epochs=2, reverse_epochs=6, labeled_epochs=3, synthetic_programs=4000),
-    },
+# What each method changes in a preset. From scratch, the paper's warm-up is 400 updates from 5e-4 (from Pi: 150 from
+# 1e-4); composed trains at a tenth of the rate (Appendix D: f starts fine-tuned, and its gradient is noisy), at the
+# paper preset up to the authors' 300 epochs, stopped 50 after its best (on an H100 its criterion was lowest at epoch
+# 12 and no better over the next 47: EXPERIMENTS.md, "the paper preset on a GPU"). bart: epochs of the encoder alone.
+METHOD_CHANGES = {
+    "baseline": {"paper": dict(warmup_steps=400, warmup_start_lr=5e-4, epochs=500), "cpu": dict(epochs=120),
+                 "spoc cpu": dict(epochs=6)},
+    "standard": {},
+    "bart": {"paper": dict(frozen_epochs=200), "cpu": dict(frozen_epochs=15), "smoke": dict(frozen_epochs=1),
+             "spoc paper": dict(frozen_epochs=100), "spoc cpu": dict(epochs=4, frozen_epochs=2)},
+    "composed": {"paper": dict(lr=2e-4, warmup_steps=90, warmup_start_lr=0.0, patience=50),
+                 "cpu": dict(lr=1e-4, epochs=6, patience=3), "smoke": dict(lr=1e-4),
+                 "spoc paper": dict(lr=1e-4, epochs=20, label_smoothing="0.05"), "spoc cpu": dict(lr=1e-4, epochs=1)},
+    "backtranslation": {
+        "paper": dict(warmup_steps=400, warmup_start_lr=5e-4, epochs=500, reverse_epochs=500, labeled_epochs=300,
+                      synthetic_programs=0),
+        "cpu": dict(epochs=12, reverse_epochs=60, labeled_epochs=25, synthetic_programs=4000),
+        "smoke": dict(epochs=1, reverse_epochs=2, labeled_epochs=2, synthetic_programs=16),
+        "spoc paper": dict(reverse_epochs=150, labeled_epochs=150, synthetic_programs=0),
+        "spoc cpu": dict(epochs=2, reverse_epochs=6, labeled_epochs=3, synthetic_programs=4000)},
 }
-PRESETS["spoc", "smoke"] = PRESETS["sanstype", "smoke"]
-PRESETS.update({(dataset, preset): PRESETS["sanstype", preset] for dataset in ("molecules", "task")
-                for preset in ("paper", "cpu", "smoke")})  # (task: a task of your own, make_task.py)
-# The flags only some methods use: given to another method, they are refused.
-METHOD_FLAGS = {"baseline": (), "standard": ("denoiser",), "bart": ("denoiser", "frozen_epochs"),
-                "composed": ("denoiser", "init", "estimator", "samples", "reinforce_baseline", "clamp", "gamma",
-                             "composed_weight", "lam", "tau"),
-                "backtranslation": ("reverse_epochs", "labeled_epochs", "synthetic_programs")}
 
 
 def parse_args(argv=None):
@@ -124,9 +86,12 @@ def parse_args(argv=None):
     parser.add_argument("--denoiser", help="pre-trained denoiser (standard, bart: the init; composed: the frozen "
                         "Pi; default: runs/denoiser/model.pt)")
     parser.add_argument("--out", help="output folder (default runs/<method>)")
+    parser.add_argument("--labeled", type=int, help="train on the first N labeled pairs only (Figure 4's sweep)")
     parser.add_argument("--frozen-epochs", type=int, help="bart: epochs with only the encoder training")
     parser.add_argument("--reverse-epochs", type=int, help="backtranslation: epochs of the code-to-pseudocode model")
     parser.add_argument("--labeled-epochs", type=int, help="backtranslation: epochs on the labeled pairs at the end")
+    parser.add_argument("--synthetic-programs", type=int,
+                        help="backtranslation: unlabeled programs to write pseudocode for (0: all)")
     composed = parser.add_argument_group("composed fine-tuning (Eq. 1, Appendix D)")
     composed.add_argument("--init", help="the base predictor's initialisation (default: runs/standard/model.pt)")
     composed.add_argument("--estimator", choices=("reinforce", "straight-through", "gumbel"),
@@ -144,43 +109,39 @@ def parse_args(argv=None):
     composed.add_argument("--composed-weight", type=float, help="scale of the composed term")
     composed.add_argument("--lam", type=float, help="lambda, the weight of the direct term")
     composed.add_argument("--tau", type=float, help="gumbel: the Gumbel-softmax's temperature")
-    parser.add_argument("--labeled", type=int, help="train on the first N labeled pairs only (Figure 4's sweep)")
-    parser.add_argument("--synthetic-programs", type=int,
-                        help="backtranslation: unlabeled programs to write pseudocode for (0: all)")
     common.add_training_args(parser)
     args = common.parse_training_args(parser, argv, run_defaults,
                                       lambda known: known.out or os.path.join("runs", known.method or ""))
-    for name in sorted(set(sum(METHOD_FLAGS.values(), ())) - set(METHOD_FLAGS[args.method])):
-        if getattr(args, name) is not None:
+    # A method's own flags are those its defaults hold (composed's estimator, bart's frozen epochs, ...).
+    defaults = run_defaults(args.dataset, args)
+    for name in ("denoiser", "init", "frozen_epochs", "reverse_epochs", "labeled_epochs", "synthetic_programs",
+                 *ESTIMATOR):
+        if getattr(args, name) is not None and name not in defaults:
             parser.error(f"--{name.replace('_', '-')} does not apply to --method {args.method}")
-    # Flags of one estimator only, where given on the command line (their defaults are the preset's)
-    estimator_flags = {"reinforce_baseline": "reinforce", "clamp": "reinforce", "gamma": "reinforce", "tau": "gumbel"}
-    for name, estimator in estimator_flags.items():
-        given = getattr(args, name) != parser.get_default(name)
-        if args.method == "composed" and given and estimator != args.estimator:
+    for name, estimator in {"reinforce_baseline": "reinforce", "clamp": "reinforce", "gamma": "reinforce",
+                            "tau": "gumbel"}.items():  # flags of one estimator, where given on the command line
+        if args.method == "composed" and getattr(args, name) != parser.get_default(name) and \
+                estimator != args.estimator:
             parser.error(f"--{name.replace('_', '-')} applies to --estimator {estimator} only")
-    if args.method == "composed" and args.tau <= 0:
-        parser.error("--tau must be positive")
+    common.check_ranges(parser, args, at_least_1="samples labeled", positive="tau", not_negative="synthetic_programs")
     if args.method == "bart" and not 0 <= args.frozen_epochs < args.epochs:
         parser.error(f"bart: --frozen-epochs ({args.frozen_epochs}) must be below --epochs ({args.epochs})")
-    if any(value is not None and value < 1 for value in (args.samples, args.labeled)):
-        parser.error("--samples and --labeled must be at least 1")
     if args.reinforce_baseline == "leave-one-out" and args.samples < 2:
         parser.error("--reinforce-baseline leave-one-out needs --samples 2 or more (with 1 sample: batch or none)")
-    if args.method == "backtranslation" and args.synthetic_programs < 0:
-        parser.error("--synthetic-programs must not be negative (0: all)")
     return args
 
 
 def run_defaults(dataset: str, known) -> dict:
-    """What a run of --method with --preset trains with unless a flag says otherwise: its PRESETS entry, and where it
-    reads and writes (runs/<method>; Pi from runs/denoiser, composed's f from runs/standard)."""
+    """What a run of --method with --preset trains with unless a flag says otherwise: its column of PRESETS with its
+    method's changes, and where it reads and writes (runs/<method>; Pi from runs/denoiser, f from runs/standard)."""
+    preset = common.column(PRESETS, dataset, known.preset)
+    changes = METHOD_CHANGES[known.method].get(common.column_name(dataset, known.preset), {})
     paths = {"out": os.path.join("runs", known.method)}
     if known.method in ("standard", "bart", "composed"):
         paths["denoiser"] = "runs/denoiser/model.pt"
     if known.method == "composed":
-        paths["init"] = "runs/standard/model.pt"
-    return {**PRESETS[dataset, known.preset][known.method], **paths}
+        paths.update(init="runs/standard/model.pt", **ESTIMATOR)
+    return {**preset, **changes, **paths}
 
 
 def main(argv=None):
@@ -221,8 +182,8 @@ def finetune(args):
     # What evaluate.py needs to place the model in the paper's tables; deep: the 12-layer rows, which we run as
     # twice the preset's layers.
     extra = {"spm": spm, "role": "predictor", "method": args.method,
-             "deep": args.layers >= 2 * PRESETS[args.dataset, args.preset][args.method]["layers"]}
-    composed_training = {}  # composed: its own loss and early-stopping criterion
+             "deep": args.layers >= 2 * common.column(common.ARCHITECTURE, args.dataset, args.preset)["layers"]}
+    composed_training = {}  # composed: the frozen denoiser, and SPoC's g
 
     # Built from this run's preset and flags; standard, bart and composed then take the weights they start from.
     config = common.config_from_args(args, tokenizer.get_piece_size())
@@ -231,7 +192,7 @@ def finetune(args):
     elif args.method == "composed":
         model, init = common.load_model(args.init, spm, args.data, "predictor", config)
         denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser")
-        composed_training = freeze_and_compose(denoiser, denoiser_checkpoint, tokenizer, val_pairs, args)
+        composed_training = freeze(denoiser, denoiser_checkpoint, tokenizer, args)
         extra.update(init_method=init.get("method"), denoiser_corruption=denoiser_checkpoint.get("corruption"),
                      denoiser={key: denoiser_checkpoint.get(key) for key in ("config", "model", "error_detector")})
     else:
@@ -257,9 +218,8 @@ def finetune(args):
           f"{os.path.join(args.out, 'model.pt')}")
 
 
-def freeze_and_compose(denoiser, denoiser_checkpoint, tokenizer, val_pairs, args) -> dict:
-    """Composed fine-tuning's loss and early-stopping criterion around the frozen denoiser Pi, as common.fit takes
-    them (loss_fn, validate): Eq. 1 is common.composed_loss."""
+def freeze(denoiser, denoiser_checkpoint, tokenizer, args) -> dict:
+    """The frozen denoiser Pi, and SPoC's error detector g, as common.fit takes them for composed fine-tuning."""
     device = common.pick_device(args.device)
     denoiser.to(device).eval()  # eval: no dropout; Pi is a fixed function of its input
     denoiser.requires_grad_(False)
@@ -270,17 +230,7 @@ def freeze_and_compose(denoiser, denoiser_checkpoint, tokenizer, val_pairs, args
     # SPoC's Pi = (g, nu) leaves what compiles as it is (Appendix E): g reads the programs' text, on the host.
     error_free = (lambda decoded: torch.tensor(g(tokenizer.decode(common.as_lists(decoded))), device=device)) \
         if g else None
-    val_batches = common.device_batches(val_pairs, common.validation_batch_size(val_pairs, args.batch_size, device),
-                                        device)
-
-    def loss_fn(f, src, tgt_in, tgt_out, label_smoothing):
-        return common.composed_loss(f, denoiser, src, tgt_in, tgt_out, samples=args.samples,
-                                    estimator=args.estimator, baseline=args.reinforce_baseline, clamp=args.clamp,
-                                    gamma=args.gamma, composed_weight=args.composed_weight, lam=args.lam,
-                                    tau=args.tau, label_smoothing=label_smoothing, error_free=error_free)
-
-    return dict(loss_fn=loss_fn, validate=lambda f: common.composed_validation_loss(f, denoiser, val_batches,
-                                                                                     error_free, args.gamma))
+    return dict(denoiser=denoiser, error_free=error_free)
 
 
 def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict:

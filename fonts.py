@@ -721,17 +721,9 @@ def main(argv=None):
     for key, value in PRESETS.get(args.cmd, {}).get(getattr(args, "preset", None), {}).items():
         if getattr(args, key) is None:   # flags left unset take their value from the preset
             setattr(args, key, value)
-    for names, ok, rule in [   # bad numbers: one-line errors
-            ("steps epochs patience batch_size width log_every labeled_fonts labeled n_val render_size",
-             lambda v: v >= 1, "at least 1"),
-            ("unlabeled seed split_seed l2 duplicate_mse", lambda v: v >= 0, "at least 0"),
-            ("lr", lambda v: v > 0, "above 0"),
-            ("dropout unet_dropout", lambda v: 0 <= v < 1, "in [0, 1)")]:
-        for name in names.split():
-            value = getattr(args, name, None)
-            for v in value if isinstance(value, list) else [value]:
-                if v is not None and not ok(v):
-                    parser.error(f"--{name.replace('_', '-')} {v:g}: must be {rule}")
+    common.check_ranges(parser, args, positive="lr", fraction="dropout unet_dropout",  # one-line errors
+                        at_least_1="steps epochs patience batch_size width log_every labeled_fonts labeled n_val "
+                                   "render_size", not_negative="unlabeled seed split_seed l2 duplicate_mse")
     if args.cmd == "train":
         if args.method == "direct" and args.denoiser:
             parser.error("--denoiser is for --method composed (direct trains f alone)")

@@ -24,51 +24,38 @@ import common
 import judge
 import spoc
 
-# Every value a denoiser trains with, by (dataset, preset); a flag given on the command line wins.
-PRESETS = {
-    # The authors' fairseq command (Appendix C): ~16000 tokens (about 176 programs) an update, inverse-sqrt.
-    ("sanstype", "paper"): dict(
-        d_model=256, n_heads=2, layers=3, d_ff=1024, dropout=0.4, attention_dropout=0.2, activation_dropout=0.2,
-        batch_size=176, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7, precision="fp32",
-        epochs=50, patience=50, label_smoothing="0", repair_every=10,
-        corruption="code", error_detector="none", unlabeled=0),
-    # An hour on 2 cores: ~16000 updates of 32 programs (the paper: ~6000 of 176) of a model a quarter of the
-    # paper's, no attention or activation dropout (their random masks cost a quarter of a step). With the paper's
-    # dropout 0.4, standard fine-tuning learns more from Pi than with 0.1; Pi's validation loss then jumps between
-    # epochs, so it trains all of them and keeps the best. EXPERIMENTS.md, "the regime on two CPU cores".
-    ("sanstype", "cpu"): dict(
-        d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.4, attention_dropout=0.0, activation_dropout=0.0,
-        batch_size=32, lr=1e-3, lr_schedule="constant", warmup_steps=300, warmup_start_lr=0.0, precision="fp32",
-        epochs=25, patience=25, label_smoothing="0", repair_every=1,
-        corruption="code", error_detector="none", unlabeled=0),
-    ("sanstype", "smoke"): dict(  # the tests
-        d_model=32, n_heads=2, layers=1, d_ff=64, dropout=0.1, attention_dropout=0.2, activation_dropout=0.2,
-        batch_size=8, lr=1e-3, lr_schedule="constant", warmup_steps=5, warmup_start_lr=0.0, precision="fp32",
-        epochs=2, patience=2, label_smoothing="0", repair_every=1,
-        corruption="code", error_detector="none", unlabeled=64),
-    # Appendix E: 5+5 layers, 8 heads, FLoRes's recipe; the authors' 9 epochs hold every program 4 times (clean
-    # once, one corrupted line 3 times), 36 of ours, which corrupt 3 programs in 4 afresh every epoch.
-    ("spoc", "paper"): dict(
-        d_model=256, n_heads=8, layers=5, d_ff=1024, dropout=0.4, attention_dropout=0.2, activation_dropout=0.2,
-        batch_size=90, lr=1e-3, lr_schedule="inverse-sqrt", warmup_steps=4000, warmup_start_lr=1e-7, precision="fp32",
-        epochs=36, patience=36, label_smoothing="0.2:20,0.1:4,0.0", repair_every=6,
-        corruption="line", error_detector="compile", unlabeled=0),
-    ("spoc", "cpu"): dict(  # sized for the full release's 11355 programs on 2 cores
-        d_model=128, n_heads=4, layers=2, d_ff=512, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
-        batch_size=32, lr=1e-3, lr_schedule="constant", warmup_steps=300, warmup_start_lr=0.0, precision="fp32",
-        epochs=4, patience=2, label_smoothing="0", repair_every=1,
-        corruption="line", error_detector="compile", unlabeled=0),
-}
-# Molecules (make_molecules.py): SansType's recipes with SMILES edits for noise. On 2 cores Pi trains 20 epochs of its
-# ~47000 SMILES (about 40 minutes) and keeps its best; its validation loss is still falling then, as SansType's Pi's.
-PRESETS.update({("molecules", preset): dict(PRESETS["sanstype", preset], corruption="smiles")
-                for preset in ("paper", "smoke")})
-PRESETS["molecules", "cpu"] = dict(PRESETS["sanstype", "cpu"], corruption="smiles", epochs=20, patience=20)
-PRESETS["spoc", "smoke"] = dict(PRESETS["sanstype", "smoke"], corruption="line", error_detector="compile",
-                                unlabeled=0)  # the SPoC test files hold a dozen programs
-# A task of one's own (make_task.py): SansType's recipes with the noise that needs no knowledge of the task.
-PRESETS.update({("task", preset): dict(PRESETS["sanstype", preset], corruption="edits") for preset in
-                ("paper", "cpu", "smoke")})
+# Every value a denoiser trains with: a row per setting, a value per preset (common.COLUMNS). The model's size is
+# common.ARCHITECTURE's, which the predictors share. A flag given on the command line wins; a run's settings line
+# lists every value. paper: the authors' fairseq command (Appendix C), ~16000 tokens (about 176 programs) an update,
+# inverse-sqrt. cpu, an hour on 2 cores: ~16000 updates of 32 programs (the paper: ~6000 of 176), no attention or
+# activation dropout (their random masks cost a quarter of a step). With the paper's dropout 0.4, standard
+# fine-tuning learns more from Pi than with 0.1; Pi's validation loss then jumps between epochs, so it trains all of
+# them and keeps the best (EXPERIMENTS.md, "the regime on two CPU cores"). SPoC's paper (Appendix E): FLoRes's
+# recipe; the authors' 9 epochs hold every program 4 times (clean once, one corrupted line 3 times), 36 of ours,
+# which corrupt 3 programs in 4 afresh every epoch. SPoC's cpu: sized for the full release's 11355 programs.
+#                       SansType: paper  cpu         smoke        SPoC: paper          cpu
+PRESETS = dict(
+    dropout=           (0.4,             0.4,        0.1,         0.4,                 0.1),
+    attention_dropout= (0.2,             0.0,        0.2,         0.2,                 0.0),
+    activation_dropout=(0.2,             0.0,        0.2,         0.2,                 0.0),
+    batch_size=        (176,             32,         8,           90,                  32),
+    lr=                (1e-3,            1e-3,       1e-3,        1e-3,                1e-3),
+    lr_schedule=       ("inverse-sqrt",  "constant", "constant",  "inverse-sqrt",      "constant"),
+    warmup_steps=      (4000,            300,        5,           4000,                300),
+    warmup_start_lr=   (1e-7,            0.0,        0.0,         1e-7,                0.0),
+    epochs=            (50,              25,         2,           36,                  4),
+    patience=          (50,              25,         2,           36,                  2),
+    label_smoothing=   ("0",             "0",        "0",         "0.2:20,0.1:4,0.0",  "0"),
+    repair_every=      (10,              1,          1,           6,                   1),
+    unlabeled=         (0,               0,          64,          0,                   0),
+)
+# Each dataset's noise (molecules: SMILES edits; a task of one's own, make_task.py: the edits that need no knowledge
+# of it) and SPoC's error detector g; then where a dataset departs from its column: SPoC's test files hold a dozen
+# programs; on 2 cores Pi trains 20 epochs of the ~47000 SMILES (about 40 minutes) and keeps its best (its validation
+# loss is still falling then, as SansType's Pi's).
+DATASET_CHANGES = {"sanstype": dict(corruption="code"), "spoc": dict(corruption="line", error_detector="compile"),
+                   "molecules": dict(corruption="smiles"), "task": dict(corruption="edits"),
+                   ("spoc", "smoke"): dict(unlabeled=0), ("molecules", "cpu"): dict(epochs=20, patience=20)}
 CORRUPTIONS = {
     "code": lambda code, rng, args, tokenizer: common.corrupt_code(code, rng, args.num_corruptions),
     "random": lambda code, rng, args, tokenizer: common.delete_random_words(code, rng, args.deletion_probability),
@@ -96,17 +83,16 @@ def parse_args(argv=None):
     parser.add_argument("--deletion-probability", type=float, help="random: of each word (default: 0.15)")
     parser.add_argument("--edit-rates", help="edits: the probabilities of deleting, inserting, substituting and "
                         f"swapping, per piece of the output (default: {EDIT_RATES})")
-    parser.add_argument("--unlabeled", type=int, help="use only the first N programs (the unlabeled code, then the "
-                        "labeled pairs' code; 0: all)")
-    parser.add_argument("--error-detector", choices=("compile", "none"),
+    parser.add_argument("--unlabeled", type=int, default=0, help="use only the first N programs (the unlabeled code, "
+                        "then the labeled pairs' code; 0: all)")
+    parser.add_argument("--error-detector", choices=("compile", "none"), default="none",
                         help="Appendix E's g, stored with Pi: Pi leaves a program g passes as it is; compile (SPoC's "
                              "default): g passes programs that compile; none (SansType's): Pi repairs every program")
-    parser.add_argument("--repair-every", type=int, help="judge val repairs every N epochs (0: never; on a GPU the "
-                        "report costs as much as several epochs: the paper preset's is every 10th)")
+    parser.add_argument("--repair-every", type=int, default=1, help="judge val repairs every N epochs (0: never; on a "
+                        "GPU the report costs as much as several epochs: the paper preset's is every 10th)")
     parser.add_argument("--repair-programs", type=int, default=100, help="how many val programs to repair")
     common.add_training_args(parser)
-    args = common.parse_training_args(parser, argv, lambda dataset, known: PRESETS[dataset, known.preset],
-                                      lambda known: known.out)
+    args = common.parse_training_args(parser, argv, preset_values, lambda known: known.out)
     for name, corruption, default in (("num_corruptions", "code", 3), ("deletion_probability", "random", 0.15),
                                       ("edit_rates", "edits", EDIT_RATES)):
         if getattr(args, name) != parser.get_default(name) and args.corruption != corruption:  # given, for another
@@ -118,11 +104,15 @@ def parse_args(argv=None):
     if len(rates) != 4 or not all(re.fullmatch(r"0?\.\d+|0", rate) for rate in rates):
         parser.error(f"--edit-rates {args.edit_rates}: four probabilities within [0, 1), for delete, insert, "
                      "substitute and swap")
-    if args.num_corruptions < 1 or not 0 <= args.deletion_probability <= 1:
-        parser.error("--num-corruptions must be at least 1 and --deletion-probability within [0, 1]")
-    if args.unlabeled < 0 or args.repair_every < 0 or args.repair_programs < 1:
-        parser.error("--unlabeled and --repair-every must not be negative, --repair-programs at least 1")
+    common.check_ranges(parser, args, at_least_1="num_corruptions repair_programs",
+                        not_negative="unlabeled repair_every", probability="deletion_probability")
     return args
+
+
+def preset_values(dataset: str, known) -> dict:
+    """What Pi trains with unless a flag says otherwise: its column of PRESETS, with its dataset's changes."""
+    return {**common.column(PRESETS, dataset, known.preset), **DATASET_CHANGES[dataset],
+            **DATASET_CHANGES.get((dataset, known.preset), {})}
 
 
 def corrupted_pairs(programs: list[str], clean_ids: list, tokenizer, args, epoch: int) -> list[tuple]:

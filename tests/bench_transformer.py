@@ -80,7 +80,8 @@ def main():
           f"AVX512-BF16 or AMX to pay), {args.threads} threads, batch {BATCH} x {LENGTH} tokens a side")
     step = {}
     for size in ("paper", "cpu"):
-        preset = finetune.PRESETS["sanstype", size]["standard"]
+        preset = {**common.column(common.ARCHITECTURE, "sanstype", size),
+                  **common.column(finetune.PRESETS, "sanstype", size)}
         config = common.config_from_args(argparse.Namespace(**preset), VOCAB)
         for precision in ("fp32", "bf16"):
             ours = step[size, precision] = seconds_per_step(common.Transformer(config), args.steps, precision)

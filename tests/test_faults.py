@@ -103,7 +103,7 @@ def fault_table(w):
                          "--out", out], "applies to --estimator reinforce only"),
         ("finetune.py", ["--method", "composed", *data, "--tau", "0.5", "--out", out], "--estimator gumbel only"),
         ("finetune.py", ["--method", "composed", *data, "--estimator", "gumbel", "--tau", "0", "--out", out],
-         "must be positive"),
+         "--tau 0: must be above 0"),
         ("finetune.py", ["--method", "baseline", *data, *SMOKE, "--labeled", "5000", "--out", out], "only 40"),
         ("finetune.py", ["--method", "baseline", *data, "--dropout", "1.5", "--out", out], "within [0, 1)"),
         ("finetune.py", ["--method", "magic", *data, "--out", out], "invalid choice"),

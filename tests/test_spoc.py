@@ -4,6 +4,7 @@ The fixture (tests/fixtures/spoc, CC BY 4.0 like the release) holds 3 programs o
 SPoC release's training split (1095A and 1006A from spoc-train-test.tsv, 478A and 888A from spoc-train-eval.tsv)
 and those problems' hidden test cases.
 """
+import argparse
 import difflib
 import itertools
 import json
@@ -244,9 +245,10 @@ def test_spoc_presets_are_appendix_e(data):
     assert (denoiser.corruption, denoiser.layers, denoiser.epochs) == ("line", 5, 36)
     assert [common.label_smoothing_at(e, denoiser.label_smoothing) for e in (20, 21, 24, 25, 36)] == \
         [0.2, 0.1, 0.1, 0.0, 0.0]
-    sanstype = finetune.PRESETS["sanstype", "paper"]["baseline"]  # unchanged
+    sanstype = {**common.column(common.ARCHITECTURE, "sanstype", "paper"),  # unchanged
+                **finetune.run_defaults("sanstype", argparse.Namespace(method="baseline", preset="paper"))}
     assert (sanstype["layers"], sanstype["n_heads"], sanstype["label_smoothing"]) == (3, 2, "0")
-    assert train_denoiser.PRESETS["sanstype", "paper"]["corruption"] == "code"
+    assert train_denoiser.preset_values("sanstype", argparse.Namespace(preset="paper"))["corruption"] == "code"
 
 
 def test_the_denoiser_trains_on_spoc_code_and_repairs_a_file_of_programs(tmp_path, monkeypatch):

@@ -167,8 +167,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(data, denoiser, tmp_pat
         (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--samples", "1",
           "--reinforce-baseline", "leave-one-out"), "needs --samples 2"),  # leave-one-out needs another sample
         (("train_denoiser.py", "--data", tmp_path / "nowhere"), "dataset.json"),
-        (("train_denoiser.py", "--data", data, "--epochs", "-3"), "--epochs must be at least 1, got -3"),
-        (("finetune.py", "--method", "baseline", "--data", data, "--epochs", "0"), "--epochs must be at least 1"),
+        (("train_denoiser.py", "--data", data, "--epochs", "-3"), "--epochs -3: must be at least 1"),
+        (("finetune.py", "--method", "baseline", "--data", data, "--epochs", "0"), "--epochs 0: must be at least 1"),
         (("finetune.py", "--method", "baseline", "--data", data, "--labeled", "5000"), "has only 40 labeled pairs"),
         (("finetune.py", "--method", "baseline", "--data", data, "--dropout", "1.5"), "within [0, 1)"),
         (("finetune.py", "--method", "standard", "--data", data, "--denoiser", denoiser[0], "--layers", "2"),
@@ -283,7 +283,7 @@ def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path, estimator)
     checkpoint = common.load_checkpoint(str(denoiser[0]))
     model, pi = common.model_from_checkpoint(checkpoint), common.model_from_checkpoint(checkpoint)
     before = {name: p.clone() for name, p in pi.state_dict().items()}
-    compose = finetune.freeze_and_compose(pi, checkpoint, tokenizer, pairs[:8], args)
+    compose = finetune.freeze(pi, checkpoint, tokenizer, args)
     state = common.fit(model, lambda epoch: pairs, pairs[:8], args, str(tmp_path), {}, **compose)
     assert len(state["history"]) == 2 and not pi.training
     assert all(p.grad is None and not p.requires_grad for p in pi.parameters())
