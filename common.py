@@ -6,10 +6,12 @@ Table of contents
   3. U-Net                      the image denoiser of the font experiment (fonts.py)
   4. Corruptions                noise for denoiser pre-training: code-based, random deletions, SMILES edits, any
                                 task's piece edits; RDKit's canonical SMILES, the molecules' judge
-  5. Losses                     sequence cross entropy; composed fine-tuning's loss (Eq. 1) and its estimators
-  6. Checkpoints and run folders  self-contained model files; a finished run is never replaced unasked
-  7. Training loop              batches, early stopping, resume, learning-rate schedules, bf16; no waiting on a GPU
-  8. Command line               flags with the preset's (or a resumed run's) values, one-line errors, progress
+  5. Checkpoints and run folders  self-contained model files; a finished run is never replaced unasked
+  6. Training loop              batches, early stopping, resume, learning-rate schedules, bf16; no waiting on a GPU;
+                                one step, from a batch to the optimizer's step, just above section 7
+  7. Losses                     composed fine-tuning's loss (Eq. 1) and its estimators; sequence cross entropy
+  8. Settings and command line  the presets' columns and the architecture (Pi's and f's); flags with the preset's
+                                (or a resumed run's) values, one-line errors, progress
 
 The judge (compile and run programs, safely and in batches) is judge.py, a module of its own; what only
 SPoC needs (its noise, test cases and error detector g) is in spoc.py.
@@ -930,7 +932,7 @@ def check_resume_settings(args, last_path: str, say_changes: bool):
 
 
 # ============================================================================
-# 6. Training loop: batches, fit() with early stopping and resume, schedules
+# 6. Training loop: batches, fit() with early stopping and resume, schedules, one epoch's steps
 # ============================================================================
 
 def pick_device(name: str | None = None) -> torch.device:
@@ -1382,7 +1384,7 @@ def composed_validation_loss(f, denoiser, val_batches, error_free=None, gamma: f
 
 
 # ============================================================================
-# 8. Command line: flags and presets, one-line errors, progress lines
+# 8. Settings and command line: presets, flags, one-line errors, progress lines
 # ============================================================================
 
 # The presets, a column each in the training scripts' tables of settings (a row per setting): SansType's three and
