@@ -100,11 +100,7 @@ def parse_args(argv):
     parser.add_argument("--seed", type=int, default=0, help="same seed, same bytes")
     parser.add_argument("--vocab-size", type=int, default=800, help="joined sentencepiece BPE vocabulary")
     args = parser.parse_args(argv)
-    for flag in ("labeled", "num_eval", "vocab_size"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be a positive integer, got {getattr(args, flag)}")
-    if args.unlabeled < 0:
-        parser.error(f"--unlabeled must not be negative, got {args.unlabeled}")
+    common.check_ranges(parser, args, at_least_1="labeled num_eval vocab_size", not_negative="unlabeled")
     return args
 
 

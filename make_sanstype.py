@@ -365,9 +365,7 @@ def parse_args(argv):
     parser.add_argument("--describe", nargs="+", metavar="PREFIX",
                         help="only print statistics of existing splits (e.g. data/sanstype/train) and exit")
     args = parser.parse_args(argv)
-    for flag in ("labeled", "unlabeled", "num_eval", "vocab_size"):
-        if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be a positive integer, got {getattr(args, flag)}")
+    common.check_ranges(parser, args, at_least_1="labeled unlabeled num_eval vocab_size")
     return args
 
 

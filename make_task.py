@@ -79,8 +79,7 @@ def parse_args(argv):
     parser.add_argument("--vocab-size", type=int, default=1000, help="joined sentencepiece BPE vocabulary")
     parser.add_argument("--seed", type=int, default=0, help="same seed, same bytes")
     args = parser.parse_args(argv)
-    if min(args.val, args.test, args.vocab_size) < 1 or args.labeled < 0:
-        parser.error("--val, --test and --vocab-size must be positive, --labeled not negative")
+    common.check_ranges(parser, args, at_least_1="val test vocab_size", not_negative="labeled")
     if args.python_stdlib and (args.unlabeled or args.ood or args.valid_command):
         parser.error("--python-stdlib makes its own unlabeled outputs, ood split and judge")
     for path in (args.pairs or []) + (args.ood or []) + [args.unlabeled] * bool(args.unlabeled):

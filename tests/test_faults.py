@@ -61,7 +61,7 @@ def fault_table(w):
     data, pi, f = ["--data", f"{w}/data"], f"{w}/pi/model.pt", f"{w}/standard/model.pt"
     under_a_file, out = f"{w}/junk.pt/x", f"{w}/new_run"
     return [
-        ("make_sanstype.py", ["--labeled", "0", "--out", out], "positive integer"),
+        ("make_sanstype.py", ["--labeled", "0", "--out", out], "--labeled 0: must be at least 1"),
         ("make_sanstype.py", ["--out", under_a_file], "cannot write there"),
         ("make_sanstype.py", ["--out", f"{w}/data", "--labeled", "5"], "there is data there already (dataset.json)"),
         ("make_spoc.py", ["--spoc", SPOC, "--out", f"{w}/data"], "there is data there already (dataset.json)"),

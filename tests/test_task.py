@@ -131,6 +131,7 @@ def test_bad_task_input_is_one_line_and_writes_nothing(task, capsys):
             (["--pairs", str(w / "in.txt"), str(w / "out.txt"), "--valid-command", "exit 3"], "exited with 3"),
             (["--pairs", str(w / "in.txt"), str(w / "out.txt"), "--val", "70", "--test", "10"], "too few"),
             (["--pairs", str(w / "in.txt"), str(w / "nowhere.txt")], "missing file"),
+            (["--pairs", str(w / "in.txt"), str(w / "out.txt"), "--labeled", "-1"], "--labeled -1: must be at least 0"),
             (["--python-stdlib", "--valid-command", "true"], "makes its own")]:
         with pytest.raises(SystemExit) as exit_:
             make_task.main(["--val", "10", "--test", "10"] + argv + ["--out", str(w / "new")])

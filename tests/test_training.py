@@ -235,7 +235,8 @@ def test_the_table_measures_relative_accuracy_against_the_first_standard_run(tmp
 
 def test_the_table_aggregates_seeds_and_pairs_them(tmp_path, capsys):
     """Runs that differ only by seed are one row, mean ± std (the sample's) with their number; paired rows subtract
-    seed by seed. Fabricated from the per-seed test accuracies behind the README's Table 2 (EXPERIMENTS.md)."""
+    seed by seed. Fabricated from the per-seed test accuracies of Table 2's earlier runs (EXPERIMENTS.md, "the runs
+    behind Table 2")."""
     accuracies = {("baseline", False): [34.2, 41.4, 34.2], ("standard", False): [48.4, 46.2, 48.0],
                   ("standard", True): [48.0, 46.8, 47.4], ("composed", True): [48.4, 48.0, 50.6]}
     for (method, denoised), values in accuracies.items():
@@ -263,7 +264,7 @@ def test_the_table_aggregates_seeds_and_pairs_them(tmp_path, capsys):
         "test composed_{0,1,2}         standard_{0,1,2}         3  +0.0 ± 0.0   +1.5 ± 1.3",
         "test composed_{0,1,2}         standard_{0,1,2} + Pi    3  +0.0 ± 0.0   +1.6 ± 1.4",
         "test control_0                standard_{0,1,2}         1  +2.0         +0.8",
-        "test control_0                standard_{0,1,2} + Pi    1  +2.0         +1.2"]]  # (the README's rows)
+        "test control_0                standard_{0,1,2} + Pi    1  +2.0         +1.2"]]  # (Table 2's paired rows)
     evaluate.main(["--table", *sorted(str(p) for p in tmp_path.iterdir()), "--markdown"])  # the README's layout
     markdown = capsys.readouterr().out.splitlines()
     assert markdown[0] == "| runs (seeds) | test compiled | test accuracy | paper: test compiled / accuracy |"
