@@ -38,19 +38,24 @@ FONT_DIRS = ["/usr/share/fonts", "/usr/local/share/fonts", "~/.fonts", "~/.local
 PAPER_TEST_MSE = {("direct", None): 0.193, ("composed", "blur"): 0.171, ("composed", "emboss"): 0.187,
          ("composed", "contrast"): 0.172, ("composed+dropout", "blur"): 0.165}
 
-PRESETS = {   # flags left unset take their value from the preset
-    "denoiser": {   # cpu: the validation MSE stops falling after ~1000 steps (EXPERIMENTS.md, learning curves)
-        "cpu":   dict(width=32, unet_dropout=0.0, steps=1200, batch_size=128, lr=2e-3),
-        "paper": dict(width=64, unet_dropout=0.5, steps=27000, batch_size=256, lr=2e-4),  # 2 epochs, ~3.5M glyphs
-        "smoke": dict(width=4, unet_dropout=0.0, steps=3, batch_size=8, lr=1e-3),
-    },
-    "train": {
-        "cpu":   dict(epochs=80, patience=20, batch_size=64, lr=1e-3, l2=[0, 1e-6, 1e-5, 1e-4]),
-        "paper": dict(epochs=1000, patience=1000, batch_size=256, lr=2e-4,
-                      l2=[0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6]),
-        "smoke": dict(epochs=2, patience=2, batch_size=64, lr=1e-3, l2=[0, 1e-4]),
-    },
-}
+# Every value a training stage uses unless a flag says otherwise: a row per setting, a value per preset. paper: the
+# authors' (Pi: 2 epochs, ~3.5M glyphs); cpu: minutes on 2 cores (Pi's validation MSE stops falling after ~1000 steps:
+# EXPERIMENTS.md, learning curves); smoke: the tests. l2: the strengths tried, one chosen on validation.
+#                   paper                                     cpu                    smoke
+DENOISER_PRESETS = dict(
+    width=          (64,                                      32,                    4),
+    unet_dropout=   (0.5,                                     0.0,                   0.0),
+    steps=          (27000,                                   1200,                  3),
+    batch_size=     (256,                                     128,                   8),
+    lr=             (2e-4,                                    2e-3,                  1e-3),
+)
+TRAIN_PRESETS = dict(
+    epochs=         (1000,                                    80,                    2),
+    patience=       (1000,                                    20,                    2),
+    batch_size=     (256,                                     64,                    64),
+    lr=             (2e-4,                                    1e-3,                  1e-3),
+    l2=             ([0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6], [0, 1e-6, 1e-5, 1e-4], [0, 1e-4]),
+)
 
 
 # === Rendering real font files into 62 x 32 x 32 glyph arrays ===
@@ -718,8 +723,9 @@ def main(argv=None):
     evaluate.add_argument("--plot", help="draw test MSE against the sweep's variable (Figure 6) into this PNG")
 
     args = parser.parse_args(argv)
-    for key, value in PRESETS.get(args.cmd, {}).get(getattr(args, "preset", None), {}).items():
-        if getattr(args, key) is None:   # flags left unset take their value from the preset
+    presets = {"denoiser": DENOISER_PRESETS, "train": TRAIN_PRESETS}.get(args.cmd)
+    for key, value in common.column(presets, "fonts", args.preset).items() if presets else ():
+        if getattr(args, key) is None:  # a flag left unset takes the preset's value
             setattr(args, key, value)
     common.check_ranges(parser, args, positive="lr", fraction="dropout unet_dropout",  # one-line errors
                         at_least_1="steps epochs patience batch_size width log_every labeled_fonts labeled n_val "
