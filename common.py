@@ -368,7 +368,9 @@ class Transformer(nn.Module):
         tokens; `repeat` rows per source (one after another, the source encoded once). On a GPU the steps are a
         CUDA graph replayed in fixed shapes, and whether every row has finished is asked only every FINISHED_CHECK
         steps (it waits for the GPU), so up to that many steps run past the last EOS. On the CPU the same step runs
-        eagerly, attending to the written cache slots alone, and finished rows leave the batch."""
+        eagerly, attending to the written cache slots alone, and finished rows leave the batch. Sampling on a GPU
+        (composed training's y') never asks: it runs all max_len steps without waiting, so that the host queues the
+        rest of the training step while the GPU samples (finished rows only add PAD)."""
         memory, memory_mask = self.encode(src)
         memory, memory_mask = memory.repeat_interleave(repeat, 0), memory_mask.repeat_interleave(repeat, 0)
         if src.is_cuda:
@@ -381,7 +383,7 @@ class Transformer(nn.Module):
             step()
             steps += 1
             if src.is_cuda:
-                if steps % FINISHED_CHECK == 0 and state.done.all():
+                if not sample and steps % FINISHED_CHECK == 0 and state.done.all():
                     break
             elif state.done.all():
                 break

@@ -16,8 +16,9 @@
     python tests/bench_composed.py [--init runs/standard/model.pt] [--denoiser runs/denoiser/model.pt] [--device cuda]
     python tests/bench_composed.py --batch-size 176 --precision bf16 --device cuda   # the paper preset on a GPU
 
-Last line: composed_step_vs_standard=X.X straight_through_step_vs_standard=Y.Y greedy_test_s=Z composed_epoch_s=W
-denoiser_epoch_s=V (each name ending in _cuda on a GPU), the first for finetune.py's default number of samples.
+Last line: composed_step_vs_standard=X.X straight_through_step_vs_standard=Y.Y sampling_vs_standard=U.U (sampling y'
+alone) greedy_test_s=Z composed_epoch_s=W denoiser_epoch_s=V (each name ending in _cuda on a GPU), the first for
+finetune.py's default number of samples.
 (Every baseline costs the same; the number of samples sets the step's cost.)
 """
 import argparse
@@ -191,6 +192,14 @@ def main():
     print(f"standard step {1000 * standard:.0f} ms; composed step "
           + ", ".join(f"{k if k in relaxed else f'REINFORCE {k} sample' + 's' * (k > 1)} {1000 * t:.0f} ms "
                       f"({t / standard:.1f}x)" for k, t in composed.items()))
+    max_len = min(common.max_output_length(model, src), tgt_out.shape[1] + 16)  # as composed_loss samples
+
+    def sampling():
+        with common.autocast(args.precision, device):
+            return common.sample_outputs(model, src, default.samples, max_len)
+    sampling_s = statistics.median(seconds(sampling, device) for _ in range(args.steps + 1))
+    print(f"of which sampling y' alone: {1000 * sampling_s:.0f} ms ({sampling_s / standard:.1f} standard steps; "
+          f"{max_len} tokens at most, the longest sample {int(sampling().lengths.max())})", flush=True)
 
     model.eval()  # dropout off: the variance is the estimator's alone
     variances = {}
@@ -231,6 +240,7 @@ def main():
     on = "_cuda" if device.type == "cuda" else ""
     print(f"composed_step_vs_standard{on}={composed[default.samples] / standard:.1f} "
           f"straight_through_step_vs_standard{on}={composed['straight-through'] / standard:.1f} "
+          f"sampling_vs_standard{on}={sampling_s / standard:.1f} "
           f"greedy_test_s{on}={greedy:.2f} composed_epoch_s{on}={composed_epoch_s:.1f} "
           f"denoiser_epoch_s{on}={denoiser_epoch_s:.1f}")
 

@@ -11,8 +11,9 @@ Its stages, each timed, in a scratch folder (--work; default a new temporary one
             the median (the first epoch meets every shape first); steps while fit's worker process makes an epoch,
             and while a thread does (as fit did before), against the same steps alone
   table2    the README's Table 2 block as written (TABLE2_BLOCK, P set to this preset and device), phase by phase:
-            the denoiser Pi (its first epoch and a later one, from its last.pt), the four runs of seeds 0-2 side by
-            side, every evaluation and the table; each run's epochs, best epoch and seconds
+            the denoiser Pi beside the baselines of seeds 0-2 (Pi's first epoch and a later one, from its last.pt),
+            then each seed's standard run, its composed run and control side by side, every evaluation, the table;
+            each run's epochs, best epoch, seconds, and the most epochs a better one took (what patience outlasts)
   composed  tests/bench_composed.py on the block's Pi and seed 0's standard run (if the block did not get that far,
             a standard run of one epoch): a composed step against a standard one, greedy decoding of the test
             split, a composed epoch with its validation
@@ -20,8 +21,8 @@ Its stages, each timed, in a scratch folder (--work; default a new temporary one
             compilation took (last: it cannot be cut, so it runs only with 90 s of the budget left)
 Last line, name=value pairs: device, slowest_step_vs_median, step_while_next_epoch_vs_alone,
 step_while_next_epoch_in_thread_vs_alone, compiled_step_vs_eager, compile_s, pi_first_epoch_s, pi_epoch_s, pi_s,
-composed_step_vs_standard, composed_epoch_s, greedy_test_s, table2_block_s (each where its stage ran; the block's
-where all of it finished within the budget).
+composed_step_vs_standard, sampling_vs_standard, composed_epoch_s, greedy_test_s, table2_block_s (each where its
+stage ran; the block's where all of it finished within the budget).
 """
 import argparse
 import concurrent.futures
@@ -43,20 +44,19 @@ sys.path.insert(0, ROOT)
 import common  # noqa: E402
 import train_denoiser  # noqa: E402
 
-# The README's Table 2 block for one GPU (tests/test_docs.py checks that the README shows exactly this). Its phases
-# are separated by blank lines; the bench makes the data itself (stage data) and sets P.
+# The README's Table 2 block for one GPU (tests/test_docs.py checks that the README shows exactly this): its
+# definitions, then its two phases, separated by blank lines; the bench makes the data itself (stage data) and sets P.
 TABLE2_BLOCK = """\
 P="--preset paper --precision auto"
-python make_sanstype.py && python train_denoiser.py $P
+judged() { nice python evaluate.py $1/model.pt; nice python evaluate.py $1/model.pt --denoiser $2; }
 
-for s in 0 1 2; do (python finetune.py --method baseline $P --seed $s --out runs/baseline_$s
-  python finetune.py --method standard $P --seed $s --out runs/standard_$s
-  python finetune.py --method composed $P --seed $s --init runs/standard_$s/model.pt --out runs/composed_$s
-  python finetune.py --method composed $P --seed $s --init runs/standard_$s/model.pt --composed-weight 0 --out runs/control_$s
-) & done; wait
+python make_sanstype.py
+python train_denoiser.py $P & for s in 0 1 2; do python finetune.py --method baseline $P --seed $s --out runs/baseline_$s & done; wait
 
-for r in runs/{baseline,standard}_?; do (python evaluate.py $r/model.pt; python evaluate.py $r/model.pt --denoiser runs/denoiser/model.pt) & done
-for r in runs/{composed,control}_?; do (python evaluate.py $r/model.pt; python evaluate.py $r/model.pt --denoiser none) & done; wait
+for s in 0 1 2; do (python finetune.py --method standard $P --seed $s --out runs/standard_$s
+  (python finetune.py --method composed $P --seed $s --init runs/standard_$s/model.pt --out runs/composed_$s; judged runs/composed_$s none) &
+  (python finetune.py --method composed $P --seed $s --init runs/standard_$s/model.pt --composed-weight 0 --out runs/control_$s; judged runs/control_$s none) &
+  judged runs/baseline_$s runs/denoiser/model.pt; judged runs/standard_$s runs/denoiser/model.pt; wait) & done; wait
 python evaluate.py --table runs/*/
 """
 SMOKE_DATA = ["--labeled", "60", "--unlabeled", "200", "--num-eval", "20"]
@@ -188,14 +188,16 @@ def table2(args, deadline: Deadline) -> dict:
     """Stage table2: the README's block, phase by phase, until the deadline; what each run did, from its last.pt."""
     P = f"--preset {args.preset} --precision auto" + f" --device {args.device}" * bool(args.device)
     python = f"{shlex.quote(sys.executable)} {shlex.quote(ROOT)}/"
-    phases = TABLE2_BLOCK.replace("python make_sanstype.py && ", "").replace("python ", python).split("\n\n")
-    phases[0] = phases[0].replace('P="--preset paper --precision auto"', f'P="{P}"')
+    definitions, *phases = TABLE2_BLOCK.replace("python make_sanstype.py\n", "").replace("python ", python).split(
+        "\n\n")
+    definitions = definitions.replace('P="--preset paper --precision auto"', f'P="{P}"')
     figures, total = {}, 0.0
-    for number, (name, phase) in enumerate(zip(("denoiser", "seeds", "evaluations"), phases)):
-        script = ("set -e\n" if number == 0 else f'P="{P}"\n') + phase
-        seconds = run(script, args.work, os.path.join(args.work, f"table2_{name}.log"), deadline)
+    for (name, log), phase in zip((("denoiser and baselines", "denoiser"), ("seeds: standard, composed, control, "
+                                                                             "every evaluation", "seeds")), phases):
+        seconds = run(f"set -e\n{definitions}\n{phase}", args.work, os.path.join(args.work, f"table2_{log}.log"),
+                      deadline)
         print(f"table2 {name}: " + (f"{seconds:.0f} s" if seconds is not None else "cut by the budget"), flush=True)
-        if name == "denoiser":
+        if name.startswith("denoiser"):
             history = run_history(os.path.join(args.work, "runs", "denoiser"))
             if len(history) >= 2:
                 figures.update(pi_first_epoch_s=history[0]["seconds"], pi_epoch_s=statistics.median(
@@ -205,14 +207,17 @@ def table2(args, deadline: Deadline) -> dict:
         total += seconds
     else:
         figures["table2_block_s"] = total
-        log = open(os.path.join(args.work, "table2_evaluations.log")).read()
+        log = open(os.path.join(args.work, "table2_seeds.log")).read()
         print(log[log.rindex("\nrun ") + 1:].strip(), flush=True)  # the table, after every evaluation's own lines
     for run_dir in sorted(os.listdir(os.path.join(args.work, "runs"))):
         history = run_history(os.path.join(args.work, "runs", run_dir))
         if history:
-            best = min(history, key=lambda h: h["val_loss"])
+            best, best_epoch, wait = float("inf"), 0, 0  # wait: the most epochs a better one took, what patience outlasts
+            for h in history:
+                if h["val_loss"] < best:
+                    best, best_epoch, wait = h["val_loss"], h["epoch"], max(wait, h["epoch"] - best_epoch)
             print(f"  {run_dir}: {len(history)} epochs in {sum(h['seconds'] for h in history):.0f} s, best epoch "
-                  f"{best['epoch']} (val loss {best['val_loss']:.4f})", flush=True)
+                  f"{best_epoch} (val loss {best:.4f}), longest wait for a better epoch {wait}", flush=True)
     return figures
 
 
@@ -246,7 +251,7 @@ def composed_figures(data: str, args, deadline: Deadline) -> dict:
     summary = open(log).read().strip().splitlines()
     print("composed: " + "\n  ".join(summary[-6:]), flush=True)
     pairs = dict(pair.split("=") for pair in summary[-1].split())
-    wanted = ("composed_step_vs_standard", "composed_epoch_s", "greedy_test_s")
+    wanted = ("composed_step_vs_standard", "sampling_vs_standard", "composed_epoch_s", "greedy_test_s")
     return {name: float(value) for key, value in pairs.items() for name in wanted if key in (name, name + "_cuda")}
 
 

@@ -17,7 +17,8 @@ def test_the_gpu_bench_dry_runs_at_the_smoke_preset(tmp_path):
     assert summary.pop("device") == "cpu"
     assert set(summary) == {"slowest_step_vs_median", "step_while_next_epoch_vs_alone",
                             "step_while_next_epoch_in_thread_vs_alone", "pi_first_epoch_s", "pi_epoch_s", "pi_s",
-                            "composed_step_vs_standard", "composed_epoch_s", "greedy_test_s", "table2_block_s"}
+                            "composed_step_vs_standard", "sampling_vs_standard", "composed_epoch_s", "greedy_test_s",
+                            "table2_block_s"}
     assert all(float(value) > 0 for value in summary.values())
     # The block trained every run of seeds 0-2, judged each with and without Pi, and tabled them.
     for method in ("baseline", "standard", "composed", "control"):
