@@ -363,6 +363,16 @@ def test_the_recipe_is_the_authors_in_every_preset(data):
     assert finetune.parse_args(["--method", "composed", "--lr", "5e-4", "--data", str(data)]).lr == 5e-4
 
 
+def test_the_paper_preset_stops_each_run_patience_epochs_after_its_best(data):
+    """The authors' epochs as the limit; the runs stop 50 epochs after their best (composed 20), Pi trains all 50."""
+    paper = {method: finetune.parse_args(["--method", method, "--preset", "paper", "--data", str(data)])
+             for method in ("baseline", "standard", "composed")}
+    assert {method: (args.epochs, args.patience) for method, args in paper.items()} == \
+        {"baseline": (500, 50), "standard": (300, 50), "composed": (300, 20)}
+    denoiser = train_denoiser.parse_args(["--preset", "paper", "--data", str(data)])
+    assert denoiser.patience >= denoiser.epochs == 50
+
+
 @pytest.mark.parametrize("method", ["standard", "bart", "composed"])
 def test_fine_tuning_trains_with_its_own_dropout_not_the_denoisers(data, tmp_path, monkeypatch, method):
     """On the paper preset Pi trains with dropout 0.4; a predictor that starts from its weights trains with
