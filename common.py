@@ -58,15 +58,16 @@ NEVER_GENERATED = [PAD_ID, BOS_ID]
 DATA_MAKERS = "make_sanstype.py, make_spoc.py, make_molecules.py or make_task.py"  # each writes a data folder
 
 
-def train_tokenizer(lines: list[str], vocab_size: int) -> tuple[bytes, int]:
+def train_tokenizer(lines: list[str], vocab_size: int, split_digits: bool = False) -> tuple[bytes, int]:
     """Train a BPE model on text lines; return (the model file's bytes, its number of pieces): vocab_size,
     or as many as the lines support (said in a message). One thread and every sentence used (no
-    sampling), so the same lines give the same bytes."""
+    sampling), so the same lines give the same bytes. split_digits: every digit a piece of its own (a task's
+    numbers; BPE would otherwise merge a number's last digits with what follows, and a model could not copy them)."""
     def train(size):
         model = io.BytesIO()
         sentencepiece.SentencePieceTrainer.train(
             sentence_iterator=iter(lines), model_writer=model, model_type="bpe", vocab_size=size,
-            character_coverage=1.0, user_defined_symbols=STRUCTURE_PIECES, num_threads=1,
+            character_coverage=1.0, user_defined_symbols=STRUCTURE_PIECES, num_threads=1, split_digits=split_digits,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID, minloglevel=2)
         return model.getvalue()
     try:
@@ -695,12 +696,17 @@ def delete_random_words(code, rng, p=0.15):
 
 def corrupt_pieces(text: str, rng, tokenizer, rates: tuple[float, float, float, float]) -> str:
     """The noise for any task's outputs (make_task.py; train_denoiser.py --corruption edits), which needs no knowledge
-    of the task: edits of the output's sentencepiece pieces (edit_pieces); a tenth of the outputs left as they are
-    (CLEAN_PROBABILITY)."""
+    of the task: edits of the output's sentencepiece pieces (edit_pieces), as many as the rates give for its length
+    and at least one: the edits are drawn again until the output changes (a short output would otherwise mostly stay
+    as it is, and Pi would learn to copy). A tenth of the outputs are left as they are (CLEAN_PROBABILITY)."""
     pieces = tokenizer.encode(text, out_type=str)
     if rng.random() < CLEAN_PROBABILITY or not pieces:
         return text
-    return tokenizer.decode(edit_pieces(pieces, rng, rates))
+    for _ in range(100):
+        noisy = tokenizer.decode(edit_pieces(pieces, rng, rates))
+        if noisy != text:
+            return noisy
+    return tokenizer.decode(pieces[1:])  # a one-piece output the draws left alone: its piece deleted
 
 
 def edit_pieces(pieces: list[str], rng, rates: tuple[float, float, float, float]) -> list[str]:
@@ -1137,7 +1143,8 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     name the only parameters to train (BART's first stage); `extra` goes into every checkpoint; on_epoch(model,
     epoch) may add a note to an epoch's line. With a frozen `denoiser` Pi (on the device, in eval mode), the model
     is composed fine-tuning's f: it trains on minus Eq. 1 (composed_loss, with args' settings; error_free: SPoC's
-    g) and keeps the epoch where Pi(f(x)) has the lowest validation loss (composed_validation_loss)."""
+    g) and keeps the epoch where Pi(f(x)) has the lowest validation loss (composed_validation_loss), epoch 0 (the f
+    it starts from) included."""
     device = pick_device(args.device)
     model.to(device)
     val_batches = device_batches(val_pairs, validation_batch_size(val_pairs, args.batch_size, device), device)
@@ -1167,6 +1174,15 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
 
     for name, parameter in model.named_parameters():  # BART's first stage trains the encoder alone
         parameter.requires_grad_(trainable is None or name in trainable)
+    if denoiser is not None and not state["history"]:  # composed: Pi(f(x)) of the f it starts from, as epoch 0,
+        started = time.time()                           # kept if no composed epoch does better
+        with autocast(args.precision, device):
+            val_loss = composed_validation_loss(model, denoiser, val_batches, error_free, args.gamma)
+        state["best_loss"] = val_loss
+        save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=0))
+        state["history"].append({"epoch": 0, "train_loss": float("nan"), "val_loss": val_loss,
+                                 "seconds": time.time() - started})
+        print(f"epoch 0 (f as it starts): val loss {val_loss:.4f}", file=sys.stderr, flush=True)
     while state["epoch"] < args.epochs and state["epoch"] - state["best_epoch"] < args.patience:
         epoch, started = state["epoch"] + 1, time.time()
         smoothing = label_smoothing_at(epoch, args.label_smoothing)

@@ -2,26 +2,35 @@
 
     python make_task.py --pairs questions.txt queries.txt --unlabeled more_queries.txt --out data/sql
     python make_task.py --pairs in.txt out.txt --valid-command "python3 check.py" --out data/mytask
-    python make_task.py --python-stdlib --out data/stdlib   # the worked example: Python docstrings to functions
+    python make_task.py --splits my_splits/ --out data/mytask   # splits of your own: {train,val,test[,ood]}.{src,tgt}
+    python make_task.py --dates --out data/dates            # a worked example: dates in words to YYYY-MM-DD
+    python make_task.py --python-stdlib --out data/stdlib   # a worked example: Python docstrings to functions
 
 Give your pairs as two files with one text a line, the same line number for an input and its output (a text must
 fit on one line: write line breaks as a token of your own, as SansType writes ` $ `). They are shuffled (--seed)
 into val (--val), test (--test) and train (the rest, or --labeled of it); --ood SRC TGT adds a split of inputs unlike
-train's (a new style, a new domain) to test out of distribution. --unlabeled names outputs with no input: the
+train's (a new style, a new domain) to test out of distribution. Splits you already have go in as they are with
+--splits DIR (its train, val, test and, if there, ood .src/.tgt files). --unlabeled names outputs with no input: the
 denoiser learns from them and from train's outputs. --valid-command is your validity check, in the role g++ plays for
 SansType and RDKit for molecules: a shell command, run in the data folder, that reads outputs on its standard input,
 one a line, and prints one verdict a line, 1 (valid) or 0; evaluate.py reports its share as "compiled" and counts an
-output correct when it equals the gold output exactly.
+output correct when it equals the gold output exactly. It is tried on the gold outputs before anything is written.
 
 Writes the format every make_*.py writes, one example a line and the same line number across a split's files:
     {train,val,test[,ood]}.src   inputs
     {train,val,test[,ood]}.tgt   outputs
     unlabeled.tgt                outputs without inputs, for the denoiser
-    spm.model                    sentencepiece BPE, one vocabulary for train's inputs and every training output
+    spm.model                    sentencepiece BPE, one vocabulary for train's inputs and every training output,
+                                 each digit a piece of its own (a model can then copy a number digit by digit)
     dataset.json                 {"dataset": "task", "valid_command": ..., ...}: the later stages take the task's
                                  presets (SansType's), the generic noise of the denoiser (train_denoiser.py
                                  --corruption edits) and this judge
 Then train_denoiser.py, finetune.py and evaluate.py run on it with --data, as on SansType.
+
+--dates makes a worked example with short, numeric outputs: a date in words in (one of four phrasings: "14 March
+2021", "March 14, 2021", "the 14th of March 2021", "14/03/2021"), the date out as 2021-03-14, for days of 1900-2099;
+ood phrases them in a way train never does ("the 14th day of March in the year 2021"); the unlabeled outputs are other
+dates; the judge (valid.py) accepts a real calendar date written YYYY-MM-DD.
 
 --python-stdlib makes the worked example from the Python standard library on this machine (its source: the PSF
 License): the first sentence of a function's docstring in, the function out (without its docstring, decorators or
@@ -31,11 +40,13 @@ functions without a usable docstring are the unlabeled outputs; the judge (valid
 each output back into Python and asks Python's parser.
 """
 import ast
+import datetime
 import os
 import random
 import re
 import sys
 import sysconfig
+import tempfile
 
 import common
 import judge
@@ -58,6 +69,21 @@ for line in sys.stdin:
     except Exception:  # SyntaxError, and ValueError or RecursionError on stranger text
         print(0)
 '''
+DATES_JUDGE = '''"""One output a line in, 1 (a real date written YYYY-MM-DD) or 0 a line out: make_task.py --dates' judge."""
+import datetime
+import re
+import sys
+
+for line in sys.stdin:
+    text = line.rstrip("\\n")
+    try:
+        valid = re.fullmatch(r"\\d{4}-\\d\\d-\\d\\d", text) is not None and datetime.date.fromisoformat(text) is not None
+    except ValueError:  # a month or a day that does not exist
+        valid = False
+    print(int(valid))
+'''
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November",
+          "December")
 HELD_OUT_PACKAGES = ("tkinter", "idlelib")  # the worked example's ood: packages the other splits never see
 SKIPPED_FOLDERS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
 
@@ -66,7 +92,9 @@ def parse_args(argv):
     parser = common.ArgumentParser(prog="make_task.py", description=__doc__)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--pairs", nargs=2, metavar=("SRC", "TGT"), help="inputs and outputs, one a line")
-    source.add_argument("--python-stdlib", action="store_true", help="the worked example (see above)")
+    source.add_argument("--splits", metavar="DIR", help="ready-made splits: DIR/{train,val,test[,ood]}.{src,tgt}")
+    source.add_argument("--dates", action="store_true", help="the worked example of dates (see above)")
+    source.add_argument("--python-stdlib", action="store_true", help="the worked example of Python (see above)")
     parser.add_argument("--unlabeled", help="outputs without inputs, one a line")
     parser.add_argument("--ood", nargs=2, metavar=("SRC", "TGT"), help="an out-of-distribution test split")
     parser.add_argument("--valid-command", help="your validity check: outputs in, 1 or 0 a line out (run in --out)")
@@ -80,9 +108,14 @@ def parse_args(argv):
     parser.add_argument("--seed", type=int, default=0, help="same seed, same bytes")
     args = parser.parse_args(argv)
     common.check_ranges(parser, args, at_least_1="val test vocab_size", not_negative="labeled")
-    if args.python_stdlib and (args.unlabeled or args.ood or args.valid_command):
-        parser.error("--python-stdlib makes its own unlabeled outputs, ood split and judge")
-    for path in (args.pairs or []) + (args.ood or []) + [args.unlabeled] * bool(args.unlabeled):
+    example = "--python-stdlib" if args.python_stdlib else "--dates" if args.dates else None
+    if example and (args.unlabeled or args.ood or args.valid_command):
+        parser.error(f"{example} makes its own unlabeled outputs, ood split and judge")
+    if args.splits and args.ood:
+        parser.error("--splits takes its ood split from DIR/ood.{src,tgt}")
+    given = [f"{args.splits}/{split}.{side}" for split in ("train", "val", "test") for side in ("src", "tgt")
+             ] if args.splits else []
+    for path in given + (args.pairs or []) + (args.ood or []) + [args.unlabeled] * bool(args.unlabeled):
         if not os.path.isfile(path):
             parser.error(f"missing file: {path}")
     return args
@@ -104,27 +137,25 @@ def read_pairs(src: str, tgt: str) -> list[tuple[str, str]]:
 
 def make_task(args):
     common.claim_data_folder(args.out, args.overwrite)
-    if args.python_stdlib:
-        pairs, ood, unlabeled = python_stdlib()
-        valid_command, judge_source = "python3 valid.py", PYTHON_JUDGE
-    else:
-        pairs, ood = read_pairs(*args.pairs), read_pairs(*args.ood) if args.ood else []
-        unlabeled = common.read_lines(args.unlabeled) if args.unlabeled else []
-        valid_command, judge_source = args.valid_command, None
-    random.Random(f"task-{args.seed}").shuffle(pairs)
-    random.Random(f"task-ood-{args.seed}").shuffle(ood)
-    needed = args.val + args.test + max(args.labeled, 1)
-    if len(pairs) < needed:
-        raise common.UsageError(f"{len(pairs)} pairs: too few for --val {args.val}, --test {args.test} and "
-                                f"{args.labeled or 'at least one'} to train on")
-    train = pairs[args.val + args.test:][:args.labeled or None]
-    splits = {"train": train, "val": pairs[:args.val], "test": pairs[args.val:args.val + args.test]}
-    if ood:
-        splits["ood"] = ood[:args.test]
+    splits, unlabeled, valid_command, judge_source = read_splits(args)
     print(", ".join(f"{split} {len(examples)}" for split, examples in splits.items()) +
           f" pairs; unlabeled outputs {len(unlabeled)}")
+    facts = {"valid_command": valid_command, "seed": args.seed, "source": "the Python standard library of "
+             f"{sys.version.split()[0]} (PSF License)" if args.python_stdlib else "made by make_task.py --dates"
+             if args.dates else args.splits or " ".join(args.pairs)}
+    if valid_command:  # the judge tried on the gold outputs first: a wrong command shows here, before any work
+        gold = [y for examples in splits.values() for _, y in examples]
+        with tempfile.TemporaryDirectory() as folder:  # where it runs as in the data folder, which is not written yet
+            if judge_source:
+                common.write_lines(os.path.join(folder, "valid.py"), judge_source.splitlines())
+            try:
+                facts["gold_valid"] = round(sum(judge.check_validity(valid_command, gold, folder)) / len(gold), 4)
+            except ValueError as error:
+                raise common.UsageError(str(error)) from None
+        print(f"the validity command passes {100 * facts['gold_valid']:.1f}% of the {len(gold)} gold outputs")
+    train = splits["train"]
     spm_model, pieces = common.train_tokenizer([x for x, _ in train] + [y for _, y in train] + unlabeled,
-                                               args.vocab_size)
+                                               args.vocab_size, split_digits=True)
     print(f"trained a {pieces}-piece sentencepiece BPE tokenizer")
     # Texts as the tokenizer gives them back (runs of spaces made one, Unicode in its NFKC form): what a model can
     # output, so that a right output can equal the gold one exactly.
@@ -137,23 +168,9 @@ def make_task(args):
     print(f"{sum(text != back for text, back in normal.items())} of {len(normal)} texts changed by the tokenizer's "
           "normalisation (runs of spaces, Unicode forms)")
 
-    facts = {"valid_command": valid_command, "seed": args.seed, "source": "the Python standard library of "
-             f"{sys.version.split()[0]} (PSF License)" if args.python_stdlib else " ".join(args.pairs)}
-    created = not os.path.exists(args.out)
     os.makedirs(args.out, exist_ok=True)
     if judge_source:
         common.write_lines(os.path.join(args.out, "valid.py"), judge_source.splitlines())
-    if valid_command:  # the judge checked once on the gold outputs: a wrong command shows here, not after training
-        gold = [y for examples in splits.values() for _, y in examples]
-        try:
-            facts["gold_valid"] = round(sum(judge.check_validity(valid_command, gold, args.out)) / len(gold), 4)
-        except ValueError as error:
-            if judge_source:
-                os.remove(os.path.join(args.out, "valid.py"))
-            if created:
-                os.rmdir(args.out)
-            raise common.UsageError(str(error)) from None
-        print(f"the validity command passes {100 * facts['gold_valid']:.1f}% of the {len(gold)} gold outputs")
     for split, examples in splits.items():
         common.write_lines(os.path.join(args.out, f"{split}.src"), [x for x, _ in examples])
         common.write_lines(os.path.join(args.out, f"{split}.tgt"), [y for _, y in examples])
@@ -163,6 +180,54 @@ def make_task(args):
     common.write_manifest(args.out, "task", **facts)
     print(f"wrote {args.out}/{{{','.join(splits)}}}.{{src,tgt}}, unlabeled.tgt, spm.model, dataset.json"
           + ", valid.py" * bool(judge_source))
+
+
+def read_splits(args) -> tuple[dict, list, str | None, str | None]:
+    """(splits {name: [(input, output)]}, unlabeled outputs, the validity command, the source of a worked example's
+    judge) from what the flags name: splits as given (--splits), or pairs shuffled into val, test and train."""
+    unlabeled = common.read_lines(args.unlabeled) if args.unlabeled else []
+    if args.splits:
+        names = ["train", "val", "test"] + ["ood"] * os.path.isfile(os.path.join(args.splits, "ood.src"))
+        splits = {name: read_pairs(*(os.path.join(args.splits, f"{name}.{side}") for side in ("src", "tgt")))
+                  for name in names}
+        return splits, unlabeled, args.valid_command, None
+    if args.python_stdlib or args.dates:
+        pairs, ood, unlabeled = python_stdlib() if args.python_stdlib else dates(args.seed)
+        valid_command, judge_source = "python3 valid.py", PYTHON_JUDGE if args.python_stdlib else DATES_JUDGE
+    else:
+        pairs, ood = read_pairs(*args.pairs), read_pairs(*args.ood) if args.ood else []
+        valid_command, judge_source = args.valid_command, None
+    random.Random(f"task-{args.seed}").shuffle(pairs)
+    random.Random(f"task-ood-{args.seed}").shuffle(ood)
+    needed = args.val + args.test + max(args.labeled, 1)
+    if len(pairs) < needed:
+        raise common.UsageError(f"{len(pairs)} pairs: too few for --val {args.val}, --test {args.test} and "
+                                f"{args.labeled or 'at least one'} to train on")
+    train = pairs[args.val + args.test:][:args.labeled or None]
+    splits = {"train": train, "val": pairs[:args.val], "test": pairs[args.val:args.val + args.test]}
+    if ood:
+        splits["ood"] = ood[:args.test]
+    return splits, unlabeled, valid_command, judge_source
+
+
+def dates(seed: int) -> tuple[list, list, list]:
+    """(pairs, ood pairs, unlabeled outputs) of the dates example: 2000 days phrased in train's four ways, 500 in ood's
+    way, and 20000 other days as outputs alone, every day of 1900-2099 used at most once."""
+    rng = random.Random(f"dates-{seed}")
+    first = datetime.date(1900, 1, 1)
+    days = [first + datetime.timedelta(days=n) for n in rng.sample(range(73049), 22500)]  # to 2099-12-31
+    phrasings = [lambda d: f"{d.day} {MONTHS[d.month - 1]} {d.year}",
+                 lambda d: f"{MONTHS[d.month - 1]} {d.day}, {d.year}",
+                 lambda d: f"the {ordinal(d.day)} of {MONTHS[d.month - 1]} {d.year}",
+                 lambda d: f"{d.day:02d}/{d.month:02d}/{d.year}"]
+    pairs = [(rng.choice(phrasings)(day), day.isoformat()) for day in days[:2000]]
+    ood = [(f"the {ordinal(day.day)} day of {MONTHS[day.month - 1]} in the year {day.year}", day.isoformat())
+           for day in days[2000:2500]]
+    return pairs, ood, [day.isoformat() for day in days[2500:]]
+
+
+def ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 < 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def python_stdlib() -> tuple[list, list, list]:

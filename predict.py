@@ -7,13 +7,12 @@
     echo 'read var_0 from stdin ; print var_0' | python predict.py runs/standard/model.pt
 
 A checkpoint holds its tokenizer, so no data folder is needed. Decoding is greedy, in batches of similar length, as
-evaluate.py decodes; the outputs come in the inputs' order. From Python, in five lines:
+evaluate.py decodes; the outputs come in the inputs' order, a blank line for a blank input line. From Python, anywhere
+(the same function, the same outputs):
 
-    import common
-    checkpoint = common.load_checkpoint("runs/standard/model.pt")
-    model = common.model_from_checkpoint(checkpoint)
-    tokenizer = common.load_tokenizer(checkpoint["spm"])
-    print(common.translate(model, tokenizer, ["read var_0 from stdin ; print var_0"], batch_size=1)[0])
+    import sys; sys.path.insert(0, "/path/to/composed-finetuning")   # this folder
+    import predict
+    print(predict.predictions("runs/composed/model.pt", ["read var_0 from stdin ; print var_0"]))
 """
 import os
 import sys
@@ -25,7 +24,8 @@ import spoc
 def main(argv=None):
     parser = common.ArgumentParser(prog="predict.py", description=__doc__)
     parser.add_argument("model", help="a predictor checkpoint (runs/<name>/model.pt)")
-    parser.add_argument("--input", help="a file of inputs, one a line (default: standard input)")
+    parser.add_argument("--input", help="a file of inputs, one a line (default: standard input); a blank line "
+                        "is answered with a blank line")
     parser.add_argument("--denoiser", help="apply this denoiser: Pi(f(x)) (a composed model applies its own unless "
                         "given another, or none)")
     parser.add_argument("--batch-size", type=int, default=64, help="inputs decoded at once")
@@ -34,21 +34,31 @@ def main(argv=None):
 
 
 def predict(args):
-    spm = common.load_checkpoint(args.model, needs=("spm",))["spm"]
-    model, checkpoint = common.load_model(args.model, spm, args.model, "predictor")
-    denoiser, denoiser_checkpoint = common.chosen_denoiser(checkpoint, args.denoiser, spm, args.model)
-    device = common.pick_device(args.device)
     inputs = common.read_lines(args.input) if args.input else sys.stdin.read().splitlines()
-    tokenizer = common.load_tokenizer(spm)
-    outputs = common.translate(model.to(device), tokenizer, inputs, args.batch_size) if inputs else []
-    if denoiser:
-        outputs = common.denoise(denoiser.to(device), tokenizer, outputs, args.batch_size,
-                                 spoc.error_detector(denoiser_checkpoint))
+    outputs = predictions(args.model, inputs, args.denoiser, args.batch_size, args.device)
     try:
         sys.stdout.writelines(output + "\n" for output in outputs)
         sys.stdout.flush()
     except BrokenPipeError:  # the reader took what it wanted (| head): stop quietly, as other tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def predictions(model_path: str, inputs: list[str], denoiser: str | None = None, batch_size: int = 64,
+                device: str | None = None) -> list[str]:
+    """The model's output for each input: f(x), or Pi(f(x)) where evaluate.py would apply a denoiser (a composed
+    model's own Pi unless `denoiser` names another, or "none"); "" for a blank input."""
+    spm = common.load_checkpoint(model_path, needs=("spm",))["spm"]
+    model, checkpoint = common.load_model(model_path, spm, model_path, "predictor")
+    denoiser, denoiser_checkpoint = common.chosen_denoiser(checkpoint, denoiser, spm, model_path)
+    on = common.pick_device(device)
+    tokenizer = common.load_tokenizer(spm)
+    asked = [text for text in inputs if text.strip()]
+    outputs = common.translate(model.to(on), tokenizer, asked, batch_size) if asked else []
+    if denoiser and outputs:
+        outputs = common.denoise(denoiser.to(on), tokenizer, outputs, batch_size,
+                                 spoc.error_detector(denoiser_checkpoint))
+    answers = iter(outputs)
+    return [next(answers) if text.strip() else "" for text in inputs]
 
 
 if __name__ == "__main__":

@@ -72,11 +72,11 @@ def parse_args(argv=None):
     parser.add_argument("--data", default="data/sanstype", help=f"a folder {common.DATA_MAKERS} wrote")
     parser.add_argument("--out", default="runs/denoiser", help="output folder")
     parser.add_argument("--corruption", choices=sorted(CORRUPTIONS),
-                        help="code (SansType's default): Appendix C's statement-level type, stream and print edits; "
-                             "random: drop each word of a statement (Table 5); line (SPoC's default): Appendix E's "
-                             "one-line insertion, deletion or replacement of a keyword, identifier or symbol; smiles "
+                        help="code (SansType's): Appendix C's statement-level type, stream and print edits; random: "
+                             "drop each word of a statement (Table 5); line (SPoC's): Appendix E's one-line "
+                             "insertion, deletion or replacement of a keyword, identifier or symbol; smiles "
                              "(molecules'): 1-2 edits of an atom, ring digit, branch, bond or fragment; edits (a task "
-                             "of your own, make_task.py): pieces deleted, inserted, substituted, swapped")
+                             "of your own, make_task.py): at least one piece deleted, inserted, substituted or swapped")
     parser.add_argument("--num-corruptions", type=int,
                         help="code: at most this many statements noised per program (1 to N, 90%% of programs; "
                              "default: 3)")
@@ -159,21 +159,23 @@ def train(args):
         noisy, clean = val_noisy[:args.repair_programs], val[:args.repair_programs]
         rows = common.validation_batch_size(val_pairs, args.batch_size, common.pick_device(args.device))
         repaired = common.denoise(model, tokenizer, noisy, rows, error_free)
-        exact = sum(r == c for r, c in zip(repaired, clean)) / len(clean)
+        changed = [n != c for n, c in zip(noisy, clean)]  # what the noise left alone is no repair
+        fixed = sum(r == c for r, c, was_changed in zip(repaired, clean, changed) if was_changed)
+        kind = {"molecules": "SMILES", "task": "outputs"}.get(args.dataset, "programs")
+        report = (f", repairs of {len(clean)} val {kind}: {sum(changed)} changed by the noise, {fixed} of them "
+                  f"repaired exactly; {100 * sum(r == c for r, c in zip(repaired, clean)) / len(clean):.1f}% exact")
         if spoc_cases:  # SPoC: the repairs judged on their problems' hidden test cases
             verdicts = judge.judge_spoc_programs(repaired, spoc_cases[:len(repaired)])
-            correct = sum(v["verdict"] == "correct" for v in verdicts) / len(verdicts)
-            return f", repairs of {len(clean)} val programs: {100 * exact:.1f}% exact, {100 * correct:.1f}% correct"
+            return report + f", {100 * sum(v['verdict'] == 'correct' for v in verdicts) / len(verdicts):.1f}% correct"
         if args.dataset == "molecules":  # RDKit, the judge: a repair is valid where it parses
-            valid = sum(common.canonical_smiles(smiles) is not None for smiles in repaired) / len(repaired)
-            return f", repairs of {len(clean)} val SMILES: {100 * exact:.1f}% exact, {100 * valid:.1f}% valid"
-        if args.dataset == "task":  # its own validity command, if it has one
+            valid = [common.canonical_smiles(smiles) is not None for smiles in repaired]
+        elif args.dataset == "task":  # its own validity command, if it has one
             valid = common.valid_outputs(args.data, repaired)
-            return f", repairs of {len(clean)} val outputs: {100 * exact:.1f}% exact" + (
-                f", {100 * sum(valid) / len(valid):.1f}% valid" if valid else "")
-        results = judge.run_programs(repaired, [""] * len(repaired))
-        compiled = sum(r.status != "compile_error" for r in results) / len(results)
-        return f", repairs of {len(clean)} val programs: {100 * exact:.1f}% exact, {100 * compiled:.1f}% compile"
+            if not valid:
+                return report
+        else:
+            valid = [r.status != "compile_error" for r in judge.run_programs(repaired, [""] * len(repaired))]
+        return report + f", {100 * sum(valid) / len(valid):.1f}% " + ("compile" if kind == "programs" else "valid")
 
     model = common.Transformer(common.config_from_args(args, tokenizer.get_piece_size()))
     print(f"denoiser: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "

@@ -1,9 +1,11 @@
 """A task of one's own (make_task.py): a made-up task of a few dozen pairs goes through every stage at the smoke
 preset, its validity command judges, the generic noise edits at the rates it is given, predict.py answers as
 evaluate.py does; and the worked example from Python's standard library."""
+import ast
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 
@@ -62,8 +64,14 @@ def test_a_task_of_ones_own_goes_through_every_stage(task):
                   ["evaluate.py", runs / "std/model.pt", "--denoiser", runs / "pi/model.pt"]):
         result = script(stage[0], *stage[1:], "--data", data, *(["--preset", "smoke"] * ("evaluate" not in stage[0])))
         assert result.returncode == 0, result.stderr
-        if stage[0] == "train_denoiser.py":
+        if stage[0] == "train_denoiser.py":  # the repair report counts what the noise changed, recomputed here
             assert "edits corruption" in result.stderr and "% valid" in result.stderr
+            args = train_denoiser.parse_args(["--data", str(data), "--preset", "smoke"])
+            tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
+            val, rng = common.read_lines(str(data / "val.tgt")), random.Random("0-val")
+            noisy = [train_denoiser.CORRUPTIONS["edits"](y, rng, args, tokenizer) for y in val]
+            assert f"repairs of 10 val outputs: {sum(n != y for n, y in zip(noisy, val))} changed by the noise" in \
+                result.stderr
     verdicts = [json.loads(line) for line in open(runs / "composed" / "eval_test_denoised.jsonl")]
     outputs = [v["prediction"] for v in verdicts]
     balanced = [output.count("(") == output.count(")") for output in outputs]
@@ -88,6 +96,9 @@ def test_predict_answers_as_evaluate_does(task):
     alone = script("predict.py", runs / "composed/model.pt", "--denoiser", "none",
                    input=open(data / "test.src").read())  # standard input
     assert alone.stdout.splitlines() == [v["base"] for v in judged]
+    sources = common.read_lines(str(data / "test.src"))[:2]  # a blank input line is answered with a blank line
+    gapped = script("predict.py", runs / "composed/model.pt", input=f"{sources[0]}\n\n  \n{sources[1]}\n")
+    assert gapped.stdout.splitlines() == [judged[0]["prediction"], "", "", judged[1]["prediction"]]
 
 
 @pytest.mark.parametrize("kind", ["delete", "insert", "substitute", "swap"])
@@ -106,10 +117,21 @@ def test_the_generic_noise_edits_at_the_rates_it_is_given(kind):
     measured = {"delete": 1 - after / before, "insert": after / before - 1, "substitute": changed / before / (29 / 30),
                 "swap": changed / before / 2 / (29 / 30)}[kind]
     assert measured == pytest.approx(0.2, abs=0.01 if kind != "swap" else 0.03)
-    text_rng = random.Random(1)  # and a tenth of the outputs kept clean
-    clean = sum(common.corrupt_pieces("a b c d e f", text_rng, FakeTokenizer(), (0.5, 0, 0, 0)) == "a b c d e f"
-                for _ in range(2000))
-    assert clean / 2000 == pytest.approx(0.1 + 0.9 * 0.5 ** 6, abs=0.02)
+
+
+
+def test_the_generic_noise_changes_every_output_it_corrupts():
+    """A tenth of the outputs are left clean; every other one differs from its original, however short (at the
+    default rates a 3-piece output would draw no edit 70% of the time), with more edits the longer the output."""
+    rng, rates = random.Random(1), train_denoiser.EDIT_RATES
+    rates = tuple(map(float, rates.split(",")))
+    for text in ("a b c", "a", "x y"):
+        clean = sum(common.corrupt_pieces(text, rng, FakeTokenizer(), rates) == text for _ in range(2000))
+        assert clean / 2000 == pytest.approx(0.1, abs=0.02), text
+    long = " ".join(f"p{i}" for i in range(200))
+    changed = statistics.mean(sum(a != b for a, b in zip(long.split(), common.corrupt_pieces(
+        long, rng, FakeTokenizer(), rates).split())) for _ in range(200))
+    assert changed > 20  # edits scale with the length: a shifted tail counts every piece after it
 
 
 class FakeTokenizer:
@@ -135,9 +157,10 @@ def test_bad_task_input_is_one_line_and_writes_nothing(task, capsys):
             (["--python-stdlib", "--valid-command", "true"], "makes its own")]:
         with pytest.raises(SystemExit) as exit_:
             make_task.main(["--val", "10", "--test", "10"] + argv + ["--out", str(w / "new")])
-        err = capsys.readouterr().err.strip()
+        out, err = capsys.readouterr()
+        err = err.strip()
         assert exit_.value.code == 2 and len(err.splitlines()) == 1 and word in err, (argv, err)
-        assert not (w / "new").exists()
+        assert not (w / "new").exists() and "tokenizer" not in out  # refused before any work
     with pytest.raises(SystemExit):
         train_denoiser.main(["--data", str(w / "data"), "--preset", "smoke", "--edit-rates", "0.1,0.1", "--out",
                              str(w / "new")])
@@ -158,18 +181,89 @@ def test_the_worked_example_is_pythons_own_code_and_parser(tmp_path):
     assert common.valid_outputs(str(tmp_path), broken + train[:50]) == [False] * 50 + [True] * 50
 
 
-def test_the_readmes_five_lines_of_python_translate_as_predict_does(task):
-    """The README's example of loading a checkpoint and translating a string, run on this task's standard model."""
+def test_the_readmes_lines_of_python_give_what_predict_gives(task, tmp_path):
+    """The README's lines "From Python", run from another folder on this task's composed model: Pi(f(x)), as
+    predict.py prints it (one function, predict.predictions, serves both)."""
     data, runs = task / "data", task / "runs"
-    if not (runs / "std" / "model.pt").exists():
+    if not (runs / "composed" / "model.pt").exists():
         pytest.skip("needs the chain of test_a_task_of_ones_own_goes_through_every_stage")
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     code = readme.split("```python\n")[1].split("```")[0]
-    assert len(code.strip().splitlines()) == 5
-    source = common.read_lines(str(data / "test.src"))[0]
-    code = code.replace("runs/standard/model.pt", str(runs / "std" / "model.pt")).replace(
-        "read var_0 from stdin ; print var_0", source)
-    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    sources = common.read_lines(str(data / "test.src"))[:3]
+    code = code.replace("/path/to/composed-finetuning", ROOT).replace("runs/mine/composed/model.pt", str(
+        runs / "composed" / "model.pt")).replace('["an input of your own"]', repr(sources))
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
-    predicted = script("predict.py", runs / "std/model.pt", input=source + "\n")
-    assert ran.stdout == predicted.stdout and ran.stdout.strip()
+    predicted = script("predict.py", runs / "composed/model.pt", input="".join(x + "\n" for x in sources))
+    assert ast.literal_eval(ran.stdout) == predicted.stdout.splitlines() != []
+
+
+def test_the_readmes_own_task_chain_runs_as_written(task, tmp_path):
+    """The README's commands for a task of one's own, run as written in a fresh folder on a tiny made-up task (the
+    smoke preset, tiny splits): every stage, every evaluation, the table, predict.py."""
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    block = readme.split("## Your own task")[1].split("```bash\n")[1].split("```")[0]
+    for name in ("in.txt", "out.txt", "more.txt"):
+        (tmp_path / name).write_text((task / name).read_text())
+    (tmp_path / "check.py").write_text(f"import subprocess, sys\nsys.exit(subprocess.run({BALANCED!r}, shell=True)"
+                                       ".returncode)\n")
+    (tmp_path / "new_inputs.txt").write_text("1 plus 2\n3 times 4\n")
+    lines = []
+    for line in block.replace("inputs.txt outputs.txt --unlabeled more_outputs.txt", "in.txt out.txt --unlabeled "
+                              "more.txt").splitlines():
+        line = line.split("  #")[0]
+        if line.startswith("python make_task.py"):
+            line += " --val 10 --test 10 --vocab-size 40"
+        if line.startswith(("python train_denoiser.py", "python finetune.py")):
+            line += " --preset smoke"
+        lines.append(line.replace("python ", f"{sys.executable} {ROOT}/"))
+    ran = subprocess.run(["bash", "-c", "set -e\n" + "\n".join(lines)], capture_output=True, text=True,
+                         cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    for run in ("baseline", "standard", "composed"):
+        assert {"eval_test.json", "eval_test_denoised.json"} <= set(os.listdir(tmp_path / "runs" / "mine" / run))
+    assert "composed" in ran.stdout and len((tmp_path / "outputs.txt").read_text().splitlines()) == 2
+
+
+def test_splits_of_ones_own_go_in_as_they_are(task, tmp_path):
+    """--splits DIR: train, val, test and ood as given, in their order, nothing shuffled or left out."""
+    given = tmp_path / "given"
+    given.mkdir()
+    for split in ("train", "val", "test", "ood"):
+        for side in ("src", "tgt"):  # the made-up task's splits, with ood as a second copy of test
+            lines = common.read_lines(str(task / "data" / f"{'test' if split == 'ood' else split}.{side}"))
+            common.write_lines(str(given / f"{split}.{side}"), lines[::-1] if split == "ood" else lines)
+    make_task.main(["--splits", str(given), "--unlabeled", str(task / "more.txt"), "--vocab-size", "40",
+                    "--valid-command", BALANCED, "--out", str(tmp_path / "data")])
+    for split in ("train", "val", "test", "ood"):
+        for side in ("src", "tgt"):
+            assert common.read_lines(str(tmp_path / "data" / f"{split}.{side}")) == \
+                common.read_lines(str(given / f"{split}.{side}")), (split, side)
+    with pytest.raises(SystemExit):  # a folder without its test split
+        make_task.main(["--splits", str(task), "--out", str(tmp_path / "none")])
+
+
+def test_a_tasks_tokenizer_keeps_every_digit_a_piece(tmp_path):
+    """Numbers are copied digit by digit: BPE over many numbers would merge frequent digit pairs into pieces."""
+    rng = random.Random(0)
+    numbers = [(rng.randint(0, 9999), rng.randint(0, 9999)) for _ in range(300)]
+    common.write_lines(str(tmp_path / "x.txt"), [f"add {a} and {b}" for a, b in numbers])
+    common.write_lines(str(tmp_path / "y.txt"), [f"{a + b}" for a, b in numbers])
+    make_task.main(["--pairs", str(tmp_path / "x.txt"), str(tmp_path / "y.txt"), "--val", "20", "--test", "20",
+                    "--vocab-size", "100", "--out", str(tmp_path / "data")])
+    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(tmp_path / "data")))
+    pieces = [piece for text in common.read_lines(str(tmp_path / "data" / "train.src")) for piece in
+              tokenizer.encode(text, out_type=str)]
+    assert all(len(piece.strip("▁")) <= 1 for piece in pieces if any(c.isdigit() for c in piece))
+
+
+def test_the_dates_example_judges_real_dates(tmp_path):
+    """make_task.py --dates: train's four phrasings, ood's fifth, ISO dates out, valid.py accepts real dates only."""
+    make_task.main(["--dates", "--out", str(tmp_path)])
+    assert json.load(open(tmp_path / "dataset.json"))["gold_valid"] == 1.0
+    train_src, ood_src = (common.read_lines(str(tmp_path / f"{split}.src")) for split in ("train", "ood"))
+    assert not any("in the year" in x for x in train_src) and all("in the year" in x for x in ood_src)
+    outputs = [y for split in ("train", "val", "test", "ood") for y in common.read_lines(str(tmp_path / f"{split}.tgt"))]
+    assert len(set(outputs) | set(common.read_lines(str(tmp_path / "unlabeled.tgt")))) == 22500  # each day once
+    assert common.valid_outputs(str(tmp_path), ["2020-02-29", "2021-02-29", "2021-13-01", "21-03-14", "1999-12-31"]
+                                ) == [True, False, False, False, True]

@@ -286,10 +286,30 @@ def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path, estimator)
     before = {name: p.clone() for name, p in pi.state_dict().items()}
     compose = finetune.freeze(pi, checkpoint, tokenizer, args)
     state = common.fit(model, lambda epoch: pairs, pairs[:8], args, str(tmp_path), {}, **compose)
-    assert len(state["history"]) == 2 and not pi.training
+    assert [h["epoch"] for h in state["history"]] == [0, 1, 2] and not pi.training  # 0: the f it started from
     assert all(p.grad is None and not p.requires_grad for p in pi.parameters())
     assert all(torch.equal(before[name], p) for name, p in pi.state_dict().items())
     assert not all(torch.equal(checkpoint["model"][name], p) for name, p in model.state_dict().items())
+
+
+def test_composed_keeps_the_f_it_starts_from_when_no_epoch_does_better(data, denoiser, tmp_path, monkeypatch):
+    """Epoch 0 is Pi(f(x))'s validation loss before any composed step, a candidate like any epoch: where every later
+    epoch scores worse (here the criterion is made to), model.pt holds the f composed fine-tuning started from."""
+    args = finetune.parse_args(["--method", "composed", "--preset", "smoke", "--data", str(data), "--epochs", "2",
+                                "--out", str(tmp_path)])
+    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
+    pairs = finetune.load_pairs(str(data), "train", tokenizer)
+    checkpoint = common.load_checkpoint(str(denoiser[0]))
+    model, pi = common.model_from_checkpoint(checkpoint), common.model_from_checkpoint(checkpoint)
+    start = {name: p.clone() for name, p in model.state_dict().items()}
+    scores = iter([1.0, 1.5, 1.2])  # epochs 0, 1, 2
+    monkeypatch.setattr(common, "composed_validation_loss", lambda *args: next(scores))
+    state = common.fit(model, lambda epoch: pairs, pairs[:8], args, str(tmp_path), {},
+                       **finetune.freeze(pi, checkpoint, tokenizer, args))
+    assert (state["best_epoch"], [h["val_loss"] for h in state["history"]]) == (0, [1.0, 1.5, 1.2])
+    kept = common.load_checkpoint(str(tmp_path / "model.pt"), needs=("model",))
+    assert kept["epoch"] == 0 and all(torch.equal(start[name], p) for name, p in kept["model"].items())
+    assert not all(torch.equal(start[name], p) for name, p in model.state_dict().items())  # (f did train)
 
 
 def test_composed_model_is_evaluated_through_its_denoiser(data, denoiser, tmp_path):
