@@ -211,6 +211,7 @@ def evaluate_model(args):
     layers = f"{model.config.encoder_layers}+{model.config.decoder_layers}"  # a run's --layers is each side's
     manifest = common.read_manifest(args.data)
     dataset, authors_splits = manifest["dataset"], manifest.get("authors_splits", [])  # (make_sanstype --released)
+    pi_args = denoiser_checkpoint.get("args") if denoiser else checkpoint.get("denoiser_args")  # the Pi it depends on
     folder = os.path.dirname(args.model)
     common.check_writable(folder, "the model's folder")  # its evaluations go beside it
     print(f"{args.model} on {common.device_name(device)}", file=sys.stderr)
@@ -233,7 +234,8 @@ def evaluate_model(args):
                        preset=checkpoint["args"].get("preset"), corruption=corruption, denoised=bool(denoiser),
                        split=split, authors_split=split in authors_splits, model=args.model,
                        denoiser=args.denoiser or ("(its own)" if denoiser else None),
-                       seed=checkpoint["args"].get("seed"), settings=run_settings(checkpoint["args"]))
+                       seed=checkpoint["args"].get("seed"), settings=run_settings(checkpoint["args"]),
+                       pi_seed=pi_args and pi_args.get("seed"), pi=pi_args and run_settings(pi_args))
         with open(os.path.join(folder, name + ".json"), "w") as f:
             json.dump(summary, f, indent=1)
         print(table_row([{**summary, "run": os.path.basename(folder)}], None))
@@ -244,7 +246,8 @@ def run_settings(args: dict) -> dict:
     return {name: value for name, value in sorted(args.items()) if name not in NOT_SETTINGS}
 
 
-NOT_SETTINGS = ("seed", "device", "out", "init", "resume", "overwrite")  # (init: a seed's own standard run)
+# (init: a seed's own standard run; denoiser: a Pi, told apart by its own settings, the evaluations' "pi")
+NOT_SETTINGS = ("seed", "device", "out", "init", "denoiser", "resume", "overwrite")
 
 
 def show(x) -> str:
@@ -264,7 +267,8 @@ def table_row(group: list[dict], standard: list[dict] | None) -> str:
     paper = paper_numbers(s)
     paper_standard = PAPER_TABLES.get(("standard", False, False, s["split"]), (None, None))
     ours = relative(mean(group, "accuracy"), standard and mean(standard, "accuracy"))
-    return (f"{group_label(group):<25} {s['method']:<25} {s.get('preset') or '?':<6} {s['corruption'] or '-':<6} "
+    label = group_label(group) + (f" ({spread_of(group)})" if spread_of(group) != "seeds" else "")
+    return (f"{label:<25} {s['method']:<25} {s.get('preset') or '?':<6} {s['corruption'] or '-':<6} "
             f"{str(s['layers']):>6} {'Y' if s['denoised'] else 'N':>4} {s['split'] + '*' * s.get('authors_split', False):<5} "
             f"{s['n']:>5} {len(group):>5} {spread([percent(r['compiled']) for r in group]):>12} "
             f"{spread([100 * r['accuracy'] for r in group]):>12} {show(ours):>8}   "
@@ -289,25 +293,49 @@ def spread(values: list[float | None], sign: str = "") -> str:
 
 
 def group_label(group: list[dict]) -> str:
-    """The runs' folder names: baseline_{0,1,2} for baseline_0, baseline_1, baseline_2."""
+    """The runs' folder names: baseline_{0,1,2} for baseline_0, baseline_1, baseline_2 (what follows the last _ of
+    the names' common start)."""
     names = [r["run"] for r in group]
-    stems = {re.sub(r"\d+$", "", name) for name in names}
-    if len(names) == 1 or len(stems) > 1:
+    stem = os.path.commonprefix(names)
+    stem = stem[:stem.rfind("_") + 1]
+    if len(names) == 1 or not stem:
         return ",".join(names)
-    stem = stems.pop()
     return f"{stem}{{{','.join(name[len(stem):] for name in names)}}}"
 
 
 def by_seed(summaries: list[dict]) -> list[list[dict]]:
-    """Runs that differ only by seed (the same method, settings, split, test-time denoiser, ...), together, in the
-    order of their seeds. An evaluation made before evaluate.py recorded seeds stays alone."""
+    """Runs that differ only by seed, theirs or their Pi's (the same method, settings, split, kind of Pi, ...),
+    together, in the order of their seeds. An evaluation made before evaluate.py recorded seeds stays alone; one made
+    before it recorded Pi's settings is told apart by Pi's path. A group whose runs vary in both seeds becomes two: over
+    Pi's seeds at the first seed, and over the seeds from the first Pi (spread_of says which)."""
     groups = {}
     for s in summaries:
         key = tuple(str(s.get(name)) for name in ("dataset", "method", "layers", "deep", "preset", "corruption",
-                                                   "denoised", "split", "authors_split", "denoiser"))
+                                                   "denoised", "split", "authors_split"))
+        key += (json.dumps(s["pi"], sort_keys=True),) if "pi" in s else (str(s.get("denoiser")),)
         key += (json.dumps(s["settings"], sort_keys=True),) if "settings" in s else (s["run"],)
         groups.setdefault(key, []).append(s)
-    return [sorted(group, key=lambda s: s.get("seed") or 0) for group in groups.values()]
+    split = []
+    for group in groups.values():
+        group = sorted(group, key=seeds_of)
+        first_pi, first = seeds_of(group[0])
+        if len({s.get("pi_seed") for s in group}) > 1 and len({s.get("seed") for s in group}) > 1:
+            split += [[{**s, "over": "Pi seeds"} for s in group if s.get("seed") == first],
+                      [{**s, "over": "seeds"} for s in group if s.get("pi_seed") == first_pi]]
+        else:
+            split.append(group)
+    return split
+
+
+def seeds_of(s: dict) -> tuple:
+    """(Pi's seed, the run's seed): a run's place among its group, and what pairs it with a run of another group."""
+    return (s.get("pi_seed") or 0, s.get("seed") or 0)
+
+
+def spread_of(group: list[dict]) -> str:
+    """What a group's ± runs over: seeds, Pi seeds (runs from Pis that differ by their seed), or both."""
+    varies = [name for name, key in (("Pi seeds", "pi_seed"), ("seeds", "seed")) if len({s.get(key) for s in group}) > 1]
+    return " and ".join(varies) or "seeds"
 
 
 TABLE_HEADER = (f"{'run':<25} {'method':<25} {'preset':<6} {'Pi':<6} {'layers':>6} {'Pi?':>4} {'split':<5} "
@@ -343,7 +371,8 @@ def print_table(args):
             unevaluated.append(folder)
         for path in paths:
             with open(path) as f:
-                summaries.append({**json.load(f), "run": os.path.basename(os.path.normpath(folder))})
+                summaries.append({**json.load(f), "run": os.path.basename(os.path.normpath(folder)),
+                                  "found": len(summaries)})
     if not summaries:
         raise common.UsageError(f"no eval_*.json in {' '.join(args.table)}: run evaluate.py on a model first")
     rank = lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)  # noqa: E731
@@ -351,7 +380,7 @@ def print_table(args):
                        str(s["layers"]), s["denoised"], s["run"])
     groups = sorted(by_seed(summaries), key=lambda group: order(group[0]))
     standard = {}  # per split, the first standard run in the order of the folders given (a sweep may hold more)
-    for group in sorted(groups, key=lambda group: summaries.index(group[0])):
+    for group in sorted(groups, key=lambda group: group[0]["found"]):
         s = group[0]
         if (s["method"], s["deep"], s["denoised"]) == ("standard", False, False) and \
                 s["corruption"] in ("code", "line"):  # SansType's denoiser, or SPoC's
@@ -392,7 +421,8 @@ def markdown_table(groups: list[list[dict]], paired: list) -> str:
                 for split in splits for key in ("compiled", "accuracy")]
         papers = [paper_numbers(by_split[split][0]) if split in by_split else (None, None) for split in splits]
         theirs = [" / ".join(show(x).strip() for x in paper) if paper != (None, None) else "" for paper in papers]
-        lines.append(f"| {name} ({len(next(iter(by_split.values())))}) | " + " | ".join(ours + theirs) + " |")
+        group = next(iter(by_split.values()))
+        lines.append(f"| {name} ({len(group)} {spread_of(group)}) | " + " | ".join(ours + theirs) + " |")
     for name, by_split in differences.items():
         ours = [spread(by_split[split][k], "+") if split in by_split else "" for split in splits for k in (2, 3)]
         theirs = []
@@ -400,22 +430,24 @@ def markdown_table(groups: list[list[dict]], paired: list) -> str:
             a, b = (paper_numbers(by_split[split][k][0]) if split in by_split else (None, None) for k in (0, 1))
             theirs.append(" / ".join(f"{x - y:+.1f}" if None not in (x, y) else "-" for x, y in zip(a, b))
                           if (None, None) not in (a, b) else "")
-        lines.append(f"| {name} ({len(next(iter(by_split.values()))[3])}) | " + " | ".join(ours + theirs) + " |")
+        a, _, _, accuracy = next(iter(by_split.values()))
+        lines.append(f"| {name} ({len(accuracy)} {spread_of(a)}) | " + " | ".join(ours + theirs) + " |")
     return "\n".join(lines)
 
 
 def comparable(a: dict, b: dict) -> bool:
     """Rows PAIRED compares: a pair of its kinds, the same data, preset, size and split, and the same denoiser's
     noise where both have one (standard from Table 5's Pi is not compared with composed through the code Pi)."""
-    same = all(a.get(key) == b.get(key) for key in ("dataset", "preset", "layers", "split", "authors_split"))
+    same = all(a.get(key) == b.get(key) for key in ("dataset", "preset", "layers", "split", "authors_split", "over"))
     noise = a["corruption"] is None or b["corruption"] is None or a["corruption"] == b["corruption"]
     return same and noise and ((a["method"], a["denoised"]), (b["method"], b["denoised"])) in PAIRED
 
 
 def seed_by_seed(a: list[dict], b: list[dict]) -> tuple[list, list] | None:
-    """a minus b, seed by seed, over the seeds both have, in points: (compiled, accuracy); None where they share none."""
-    b_of = {s["seed"]: s for s in b if s.get("seed") is not None}
-    pairs = [(s, b_of[s["seed"]]) for s in a if s.get("seed") in b_of]
+    """a minus b, seed by seed (a run and the run of b with its seed and its Pi's seed), over the seeds both have, in
+    points: (compiled, accuracy); None where they share none."""
+    b_of = {seeds_of(s): s for s in b if s.get("seed") is not None}
+    pairs = [(s, b_of[seeds_of(s)]) for s in a if s.get("seed") is not None and seeds_of(s) in b_of]
     if not pairs:
         return None
     return tuple([None if None in (x[key], y[key]) else 100 * (x[key] - y[key]) for x, y in pairs]

@@ -268,9 +268,38 @@ def test_the_table_aggregates_seeds_and_pairs_them(tmp_path, capsys):
     evaluate.main(["--table", *sorted(str(p) for p in tmp_path.iterdir()), "--markdown"])  # the README's layout
     markdown = capsys.readouterr().out.splitlines()
     assert markdown[0] == "| runs (seeds) | test compiled | test accuracy | paper: test compiled / accuracy |"
-    assert "| baseline_{0,1,2} (3) | 51.0 ± 1.0 | 36.6 ± 4.2 | 48.6 / 36.6 |" in markdown
-    assert "| control_0 (1) | 52.0 | 49.2 |  |" in markdown  # (the control is not the paper's composed)
-    assert "| composed_{0,1,2} - (standard_{0,1,2} + Pi), paired (3) | +0.0 ± 0.0 | +1.6 ± 1.4 | +3.1 / +4.0 |" in markdown
+    assert "| baseline_{0,1,2} (3 seeds) | 51.0 ± 1.0 | 36.6 ± 4.2 | 48.6 / 36.6 |" in markdown
+    assert "| control_0 (1 seeds) | 52.0 | 49.2 |  |" in markdown  # (the control is not the paper's composed)
+    assert "| composed_{0,1,2} - (standard_{0,1,2} + Pi), paired (3 seeds) | +0.0 ± 0.0 | +1.6 ± 1.4 | +3.1 / +4.0 |" \
+        in markdown
+
+
+def test_the_table_aggregates_the_seeds_of_pi_and_pairs_runs_from_the_same_pi(tmp_path, capsys):
+    """Runs from Pis that differ only by their seed are one row too, said to be over Pi seeds; where a method's runs
+    vary in both seeds, it shows both spreads (over Pi seeds at seed 0, over seeds from Pi 0); composed pairs with the
+    standard run from its own Pi."""
+    test_accuracy = {("standard", 0, 0): 40, ("standard", 1, 0): 44, ("standard", 2, 0): 48, ("standard", 0, 1): 41,
+                     ("standard", 0, 2): 39, ("composed", 0, 0): 43, ("composed", 1, 0): 44, ("composed", 2, 0): 50,
+                     ("composed", 0, 1): 42, ("composed", 0, 2): 45}  # (method, Pi's seed, seed): %
+    for (method, pi_seed, seed), accuracy in test_accuracy.items():
+        folder = tmp_path / f"{method}_{seed if pi_seed == 0 else f'p{pi_seed}'}"
+        os.makedirs(folder)
+        pi = f"runs/denoiser_seed{pi_seed}/model.pt"
+        json.dump({"method": method, "deep": False, "denoised": True, "corruption": "code", "layers": "2+2",
+                   "split": "test", "n": 500, "compiled": 0.5, "accuracy": accuracy / 100, "seed": seed,
+                   "denoiser": pi if method == "standard" else "(its own)", "pi_seed": pi_seed,
+                   "pi": {"epochs": 25}, "settings": {"method": method, "preset": "cpu"}},
+                  open(folder / "eval_test_denoised.json", "w"))
+    evaluate.main(["--table", *sorted(str(p) for p in tmp_path.iterdir()), "--markdown"])
+    markdown = capsys.readouterr().out.splitlines()
+    for line in ["| standard_{0,p1,p2} + Pi (3 Pi seeds) | 50.0 ± 0.0 | 44.0 ± 4.0 | 87.3 / 80.4 |",
+                 "| standard_{0,1,2} + Pi (3 seeds) | 50.0 ± 0.0 | 40.0 ± 1.0 | 87.3 / 80.4 |",
+                 "| composed_{0,p1,p2} - (standard_{0,p1,p2} + Pi), paired (3 Pi seeds) | +0.0 ± 0.0 | +1.7 ± 1.5 | "
+                 "+3.1 / +4.0 |",
+                 "| composed_{0,1,2} - (standard_{0,1,2} + Pi), paired (3 seeds) | +0.0 ± 0.0 | +3.3 ± 2.5 | "
+                 "+3.1 / +4.0 |"]:
+        assert line in markdown, (line, markdown)
+    assert sum(" paired " in line for line in markdown) == 2  # no pair across the two spreads
 
 
 @pytest.mark.parametrize("estimator", ["reinforce", "straight-through", "gumbel"])
