@@ -334,7 +334,8 @@ def seeds_of(s: dict) -> tuple:
 
 def spread_of(group: list[dict]) -> str:
     """What a group's ± runs over: seeds, Pi seeds (runs from Pis that differ by their seed), or both."""
-    varies = [name for name, key in (("Pi seeds", "pi_seed"), ("seeds", "seed")) if len({s.get(key) for s in group}) > 1]
+    varies = [name for name, key in (("Pi seeds", "pi_seed"), ("seeds", "seed"))
+              if len({s.get(key) for s in group}) > 1]
     return " and ".join(varies) or "seeds"
 
 

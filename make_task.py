@@ -69,7 +69,7 @@ for line in sys.stdin:
     except Exception:  # SyntaxError, and ValueError or RecursionError on stranger text
         print(0)
 '''
-DATES_JUDGE = '''"""One output a line in, 1 (a real date written YYYY-MM-DD) or 0 a line out: make_task.py --dates' judge."""
+DATES_JUDGE = '''"""One output a line in, 1 (a real date, YYYY-MM-DD) or 0 a line out: make_task.py --dates' judge."""
 import datetime
 import re
 import sys
@@ -77,7 +77,7 @@ import sys
 for line in sys.stdin:
     text = line.rstrip("\\n")
     try:
-        valid = re.fullmatch(r"\\d{4}-\\d\\d-\\d\\d", text) is not None and datetime.date.fromisoformat(text) is not None
+        valid = re.fullmatch(r"\\d{4}-\\d\\d-\\d\\d", text) is not None and bool(datetime.date.fromisoformat(text))
     except ValueError:  # a month or a day that does not exist
         valid = False
     print(int(valid))

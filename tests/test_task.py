@@ -263,7 +263,8 @@ def test_the_dates_example_judges_real_dates(tmp_path):
     assert json.load(open(tmp_path / "dataset.json"))["gold_valid"] == 1.0
     train_src, ood_src = (common.read_lines(str(tmp_path / f"{split}.src")) for split in ("train", "ood"))
     assert not any("in the year" in x for x in train_src) and all("in the year" in x for x in ood_src)
-    outputs = [y for split in ("train", "val", "test", "ood") for y in common.read_lines(str(tmp_path / f"{split}.tgt"))]
+    outputs = [y for split in ("train", "val", "test", "ood")
+               for y in common.read_lines(str(tmp_path / f"{split}.tgt"))]
     assert len(set(outputs) | set(common.read_lines(str(tmp_path / "unlabeled.tgt")))) == 22500  # each day once
     assert common.valid_outputs(str(tmp_path), ["2020-02-29", "2021-02-29", "2021-13-01", "21-03-14", "1999-12-31"]
                                 ) == [True, False, False, False, True]
