@@ -2,7 +2,9 @@
 
 Table of contents
   1. Tokenizer and data files   sentencepiece BPE over the joined source/output vocabulary; data folders, kept
-  2. Transformer                the encoder-decoder, decoding in fixed-shape steps (a CUDA graph on a GPU)
+  2. Transformer                the encoder-decoder: encode, decode (teacher forcing), generate
+     2b. Fast decoding          optional reading: generate's cache, fixed-shape steps and CUDA graph, which must
+                                decode as the plain decoder does (re-running decode over the prefix)
   3. U-Net                      the image denoiser of the font experiment (fonts.py)
   4. Corruptions                noise for denoiser pre-training: code-based, random deletions, SMILES edits, any
                                 task's piece edits; RDKit's canonical SMILES, the molecules' judge
@@ -41,6 +43,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import judge
+
+
+class UsageError(Exception):
+    """Bad input from the user (a missing file, a checkpoint that is not one, ...): the scripts
+    print its message on one line and exit with code 2."""
 
 
 # ============================================================================
@@ -300,21 +307,6 @@ class Decoded(NamedTuple):
     lengths: torch.Tensor
 
 
-@dataclass
-class Decoding:
-    """One batch's decoding, every tensor allocated at its full size at the start (start_decoding), so that each
-    step (Transformer.decode_step) has the same shapes and CUDA can capture it (cuda_graph_decoder)."""
-    tokens: torch.Tensor        # (B, max_len + 1): BOS, then each step's choice; PAD after a row's EOS
-    done: torch.Tensor          # (B,) bool: the row has chosen EOS
-    position: torch.Tensor      # (1,) the position the next step reads (a tensor: a captured step reads it anew)
-    rows: torch.Tensor          # (R,) the rows the steps decode: all B on a GPU; on the CPU finished ones leave
-    caches: list                # per decoder layer, for those rows: {"self": {"k", "v"} (R, max_len, D),
-                                #                                     "cross": {"k", "v"} (R, S, D)}
-    memory_mask: torch.Tensor   # (R, 1, 1, S)
-    never_generated: torch.Tensor  # (V,) True at the ids decoders never output (NEVER_GENERATED)
-    sample: bool                # draw from the distribution (else: its most likely token)
-
-
 class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -377,8 +369,8 @@ class Transformer(nn.Module):
         if src.is_cuda:
             state, step = cuda_graph_decoder(self, memory, memory_mask, max_len, sample)
         else:
-            state = self.start_decoding(memory, memory_mask, max_len, sample)
-            step = lambda: self.decode_step(state, written=steps + 1)  # noqa: E731
+            state = start_decoding(self, memory, memory_mask, max_len, sample)
+            step = lambda: decode_step(self, state, written=steps + 1)  # noqa: E731
         steps = 0
         while steps < max_len:
             step()
@@ -394,59 +386,83 @@ class Transformer(nn.Module):
         lengths = torch.where(state.done, (tokens == EOS_ID).int().argmax(dim=1), max_len)
         return Decoded(tokens, lengths)
 
-    def start_decoding(self, memory, memory_mask, max_len: int, sample: bool) -> Decoding:
-        """A decoding's state, every buffer at its full size; restart_decoding fills it."""
-        B, D = memory.shape[0], self.config.d_model
-        caches = []
-        for layer in self.decoder:
-            cross = {"k": layer.cross_attention.k(memory), "v": layer.cross_attention.v(memory)}
-            # zeros, not empty: a slot not yet written is masked, but NaN garbage would still poison the softmax
-            caches.append({"cross": cross, "self": {name: cross[name].new_zeros(B, max_len, D) for name in "kv"}})
-        state = Decoding(tokens=memory.new_empty(B, max_len + 1, dtype=torch.long),
-                         done=memory.new_empty(B, dtype=torch.bool),
-                         position=memory.new_empty(1, dtype=torch.long), rows=torch.arange(B, device=memory.device),
-                         caches=caches,
-                         memory_mask=memory_mask.clone(),
-                         never_generated=never_generated_mask(memory, self.config.vocab_size), sample=sample)
-        return self.restart_decoding(state, memory, memory_mask)
 
-    def restart_decoding(self, state: Decoding, memory, memory_mask) -> Decoding:
-        """Set a decoding's state, in place, to the start of a new batch of the same shapes."""
-        state.tokens.fill_(PAD_ID)
-        state.tokens[:, 0] = BOS_ID
-        state.done.zero_()
-        state.position.zero_()
-        state.memory_mask.copy_(memory_mask)
-        for layer, cache in zip(self.decoder, state.caches):
-            cache["cross"]["k"].copy_(layer.cross_attention.k(memory))
-            cache["cross"]["v"].copy_(layer.cross_attention.v(memory))
-        return state
+# ----------------------------------------------------------------------------
+# 2b. Fast decoding (optional reading): how generate decodes quickly, with a key/value cache, steps of fixed
+#     shapes and, on a GPU, a CUDA graph. It must decode exactly as the plain decoder, which re-runs
+#     Transformer.decode over the whole prefix at every step (tests/test_transformer.py's rerun_decoder).
+# ----------------------------------------------------------------------------
 
-    def decode_step(self, s: Decoding, written: int | None = None):
-        """One more token for each of s.rows, in place: read the tokens at s.position, write each row's next one
-        after them (PAD once it has chosen EOS). No host synchronisation and no tensor made on the host, and with
-        written=None fixed shapes: CUDA can capture it whole. The new position attends to every self-attention
-        slot, those not yet written masked; on the CPU, `written` (the host counts the steps) restricts it to the
-        slots written so far, unmasked: half the work."""
-        token = s.tokens.index_select(1, s.position)[s.rows]  # (R, 1)
-        x = self.embed_tokens(token, self.positions[s.position])
-        slots = s.caches[0]["self"]["k"].shape[1] if written is None else written
-        visible = (torch.arange(slots, device=token.device) <= s.position)[None] if written is None else None
-        for layer, cache in zip(self.decoder, s.caches):
-            cache = {"self": {name: cache["self"][name][:, :slots] for name in "kv"}, "cross": cache["cross"]}
-            x = layer(x, visible, None, s.memory_mask, cache, s.position)
-        logits = self.output_logits(x)[:, -1].float().masked_fill(s.never_generated, float("-inf"))
-        if s.sample:  # inverse-CDF draw: one uniform per row (torch.multinomial draws one per class)
-            cdf = F.softmax(logits, dim=-1).cumsum(dim=-1)
-            uniform = torch.rand(len(s.tokens), 1, device=cdf.device)[s.rows] * cdf[:, -1:]  # as many whoever is left
-            next_token = torch.searchsorted(cdf, uniform).squeeze(1).clamp(max=logits.shape[-1] - 1)
-        else:
-            next_token = logits.argmax(dim=-1)
-        done = s.done[s.rows]
-        next_token = next_token.masked_fill(done, PAD_ID)  # a finished row stays finished
-        s.position += 1
-        s.tokens[s.rows, s.position] = next_token
-        s.done[s.rows] = done | (next_token == EOS_ID)
+@dataclass
+class Decoding:
+    """One batch's decoding, every tensor allocated at its full size at the start (start_decoding), so that each
+    step (decode_step) has the same shapes and CUDA can capture it (cuda_graph_decoder)."""
+    tokens: torch.Tensor        # (B, max_len + 1): BOS, then each step's choice; PAD after a row's EOS
+    done: torch.Tensor          # (B,) bool: the row has chosen EOS
+    position: torch.Tensor      # (1,) the position the next step reads (a tensor: a captured step reads it anew)
+    rows: torch.Tensor          # (R,) the rows the steps decode: all B on a GPU; on the CPU finished ones leave
+    caches: list                # per decoder layer, for those rows: {"self": {"k", "v"} (R, max_len, D),
+                                #                                     "cross": {"k", "v"} (R, S, D)}
+    memory_mask: torch.Tensor   # (R, 1, 1, S)
+    never_generated: torch.Tensor  # (V,) True at the ids decoders never output (NEVER_GENERATED)
+    sample: bool                # draw from the distribution (else: its most likely token)
+
+
+def start_decoding(model, memory, memory_mask, max_len: int, sample: bool) -> Decoding:
+    """A decoding's state, every buffer at its full size; restart_decoding fills it."""
+    B, D = memory.shape[0], model.config.d_model
+    caches = []
+    for layer in model.decoder:
+        cross = {"k": layer.cross_attention.k(memory), "v": layer.cross_attention.v(memory)}
+        # zeros, not empty: a slot not yet written is masked, but NaN garbage would still poison the softmax
+        caches.append({"cross": cross, "self": {name: cross[name].new_zeros(B, max_len, D) for name in "kv"}})
+    state = Decoding(tokens=memory.new_empty(B, max_len + 1, dtype=torch.long),
+                     done=memory.new_empty(B, dtype=torch.bool),
+                     position=memory.new_empty(1, dtype=torch.long), rows=torch.arange(B, device=memory.device),
+                     caches=caches,
+                     memory_mask=memory_mask.clone(),
+                     never_generated=never_generated_mask(memory, model.config.vocab_size), sample=sample)
+    return restart_decoding(model, state, memory, memory_mask)
+
+
+def restart_decoding(model, state: Decoding, memory, memory_mask) -> Decoding:
+    """Set a decoding's state, in place, to the start of a new batch of the same shapes."""
+    state.tokens.fill_(PAD_ID)
+    state.tokens[:, 0] = BOS_ID
+    state.done.zero_()
+    state.position.zero_()
+    state.memory_mask.copy_(memory_mask)
+    for layer, cache in zip(model.decoder, state.caches):
+        cache["cross"]["k"].copy_(layer.cross_attention.k(memory))
+        cache["cross"]["v"].copy_(layer.cross_attention.v(memory))
+    return state
+
+
+def decode_step(model, s: Decoding, written: int | None = None):
+    """One more token for each of s.rows, in place: read the tokens at s.position, write each row's next one
+    after them (PAD once it has chosen EOS). No host synchronisation and no tensor made on the host, and with
+    written=None fixed shapes: CUDA can capture it whole. The new position attends to every self-attention
+    slot, those not yet written masked; on the CPU, `written` (the host counts the steps) restricts it to the
+    slots written so far, unmasked: half the work."""
+    token = s.tokens.index_select(1, s.position)[s.rows]  # (R, 1)
+    x = model.embed_tokens(token, model.positions[s.position])
+    slots = s.caches[0]["self"]["k"].shape[1] if written is None else written
+    visible = (torch.arange(slots, device=token.device) <= s.position)[None] if written is None else None
+    for layer, cache in zip(model.decoder, s.caches):
+        cache = {"self": {name: cache["self"][name][:, :slots] for name in "kv"}, "cross": cache["cross"]}
+        x = layer(x, visible, None, s.memory_mask, cache, s.position)
+    logits = model.output_logits(x)[:, -1].float().masked_fill(s.never_generated, float("-inf"))
+    if s.sample:  # inverse-CDF draw: one uniform per row (torch.multinomial draws one per class)
+        cdf = F.softmax(logits, dim=-1).cumsum(dim=-1)
+        uniform = torch.rand(len(s.tokens), 1, device=cdf.device)[s.rows] * cdf[:, -1:]  # as many whoever is left
+        next_token = torch.searchsorted(cdf, uniform).squeeze(1).clamp(max=logits.shape[-1] - 1)
+    else:
+        next_token = logits.argmax(dim=-1)
+    done = s.done[s.rows]
+    next_token = next_token.masked_fill(done, PAD_ID)  # a finished row stays finished
+    s.position += 1
+    s.tokens[s.rows, s.position] = next_token
+    s.done[s.rows] = done | (next_token == EOS_ID)
 
 
 def drop_finished_rows(s: Decoding):
@@ -476,22 +492,22 @@ def cuda_graph_decoder(model, memory, memory_mask, max_len: int, sample: bool):
     memory_mask = F.pad(memory_mask, (0, S - memory_mask.shape[-1]), value=False)
     key = (memory.shape[0], S, L, sample, model.training, torch.is_autocast_enabled("cuda"))
     if key not in model.cuda_graphs:
-        state = model.start_decoding(memory, memory_mask, L, sample)
+        state = start_decoding(model, memory, memory_mask, L, sample)
         try:
-            step = capture_cuda_graph(lambda: model.decode_step(state)).replay
+            step = capture_cuda_graph(lambda: decode_step(model, state)).replay
         except RuntimeError as error:  # not expected; the same step uncaptured decodes the same, only slower
             print(f"decoding: no CUDA graph ({str(error).splitlines()[0]}): one step at a time", file=sys.stderr)
-            step = lambda: model.decode_step(state)  # noqa: E731
+            step = lambda: decode_step(model, state)  # noqa: E731
         model.cuda_graphs[key] = state, step
     state, step = model.cuda_graphs[key]
-    model.restart_decoding(state, memory, memory_mask)
+    restart_decoding(model, state, memory, memory_mask)
     return state, step
 
 
 def capture_cuda_graph(step):
     """A CUDA graph of step(): one run on a side stream first (lazy initialisations must not happen in a capture), as
     torch.cuda.graph asks; under autocast with its cast cache off (cached casts would not outlive the capture); only
-    this thread's calls checked (fit's thread pins the next epoch's batches meanwhile)."""
+    this thread's calls checked (no other thread of the process should use the GPU meanwhile)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -1158,7 +1174,8 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
         return batches(train_pairs_for_epoch(epoch), args.batch_size, random.Random(f"{args.seed}-batch order-{epoch}"),
                        length_multiple(device))
 
-    # Epochs state + 1 .. args.epochs, each made while the one before it trains (the first while nothing does).
+    # Epochs state + 1 .. args.epochs, each made while the one before it trains (the first while nothing does): a
+    # PyTorch DataLoader whose items are whole epochs, made by one worker process (epoch_loader).
     upcoming = (unpack_epoch(packed, pin=device.type == "cuda")
                 for packed in epoch_loader(batches_of, range(state["epoch"] + 1, args.epochs + 1)))
     first_batches = next(upcoming, [])
@@ -1222,10 +1239,7 @@ def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, ep
             if denoiser is None:  # -log p_theta(y|x) per target token
                 loss = sequence_loss(model(src, tgt_in), tgt_out, label_smoothing)
             else:  # composed fine-tuning: minus Eq. 1, Pi frozen
-                loss = composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=args.samples,
-                                     estimator=args.estimator, baseline=args.reinforce_baseline, clamp=args.clamp,
-                                     gamma=args.gamma, composed_weight=args.composed_weight, lam=args.lam,
-                                     tau=args.tau, label_smoothing=label_smoothing, error_free=error_free)
+                loss = composed_loss(model, denoiser, src, tgt_in, tgt_out, args, label_smoothing, error_free)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if args.clip_norm:
@@ -1243,9 +1257,7 @@ def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, ep
 # 7. Losses
 # ============================================================================
 
-def composed_loss(f, denoiser, src, tgt_in, tgt_out, *, samples: int = 1, estimator: str = "reinforce",
-                  baseline: str = "batch", clamp: str = "reward", gamma: float = -50.0, composed_weight: float = 0.1,
-                  lam: float = 1.0, tau: float = 1.0, label_smoothing: float = 0.0, error_free=None,
+def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: float, error_free=None,
                   max_len: int | None = None):
     """Minus Eq. 1 for one batch, f = p_theta training, the denoiser Pi = p_beta frozen (eval mode, no gradients):
 
@@ -1253,11 +1265,17 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, *, samples: int = 1, estima
 
     y' is discrete, so the first term's gradient needs an estimator (Section 3): reinforce, the paper's (Appendix
     D), E[(log p_beta(y|y') - b) * grad log p_theta(y'|x)] from `samples` outputs per input, with a baseline b
-    (reinforce_baseline; the paper's b = 0) and a clamp at gamma (the reward, the paper's text, or sample_log_probs');
-    or straight-through and gumbel, biased (relaxed_rows). error_free: SPoC's g (Appendix E), a bool per y'. Both
-    terms are summed over tokens and divided by the batch's gold tokens, as Eq. 1 weighs them; composed_weight
-    scales the first (REINFORCE's 0.1, Appendix D). max_len, for tests: the samples' limit (default: 16 tokens past
-    the longest gold program; cutting there is part of the sampling distribution, for which the estimator is exact)."""
+    (reinforce_baseline; the paper's is none, b = 0) and a clamp at gamma (the reward, the paper's text, or
+    sample_log_probs'); or straight-through and gumbel, biased (relaxed_rows). Both terms are summed over tokens and
+    divided by the batch's gold tokens, as Eq. 1 weighs them; composed_weight scales the first (REINFORCE's 0.1,
+    Appendix D). settings: the run's args, whose values of these names (samples, estimator, reinforce_baseline, clamp,
+    gamma, composed_weight, lam, tau) are finetune.ESTIMATOR's unless a flag said otherwise. error_free: SPoC's g
+    (Appendix E), a bool per y'. max_len, for tests: the samples' limit (default: 16 tokens past the longest gold
+    program; cutting there is part of the sampling distribution, for which the estimator is exact).
+    y' is drawn with dropout off, as f predicts at test time; log p_theta(y'|x) is scored with f in training mode,
+    dropout on as for the direct term: REINFORCE's gradient is then that of a dropout-perturbed f's log-probability
+    of y', an approximation that is exact without dropout (the cpu preset's f has only its residual dropout, 0.1)."""
+    s, samples = settings, settings.samples
     max_len = max_len or min(max_output_length(f, src), tgt_out.shape[1] + 16)
     y_prime = sample_outputs(f, src, samples, max_len)                                  # y' ~ p_theta(.|x)
     noisy = with_eos(y_prime)                                                           # y' + EOS, as Pi reads it
@@ -1266,22 +1284,22 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, *, samples: int = 1, estima
     # f teacher-forced on its samples, once: log p_theta(y'|x), and f's distribution at every position of y'
     f_logits = f.decode(shift_right(noisy), memory.repeat_interleave(samples, 0),
                         memory_mask.repeat_interleave(samples, 0)).float()
-    if estimator == "reinforce":
-        log_p_sample = sample_log_probs(f_logits, y_prime, clamp, gamma, max_len)       # log p_theta(y'|x)
+    if s.estimator == "reinforce":
+        log_p_sample = sample_log_probs(f_logits, y_prime, s.clamp, s.gamma, max_len)   # log p_theta(y'|x)
         with torch.no_grad():  # the frozen Pi scores y': a reward, no gradient
             reward = log_likelihood(denoiser.decode(gold_in, *denoiser.encode(noisy)), gold_out)  # log p_beta(y|y')
             if error_free is not None:  # SPoC's Pi = (g, nu): what g passes stays as it is
-                reward = torch.where(error_free(y_prime), torch.where(same_sequences(noisy, gold_out), 0.0, gamma),
+                reward = torch.where(error_free(y_prime), torch.where(same_sequences(noisy, gold_out), 0.0, s.gamma),
                                      reward)
-            reward = reward.clamp(min=gamma) if clamp == "reward" else reward
+            reward = reward.clamp(min=s.gamma) if s.clamp == "reward" else reward
         rewards = reward.view(-1, samples)  # (inputs, samples)
-        advantage = (rewards - reinforce_baseline(rewards, baseline)).view(-1)         # b = 0: the paper's
+        advantage = (rewards - reinforce_baseline(rewards, s.reinforce_baseline)).view(-1)  # reward - b
         composed = -(advantage * log_p_sample).sum()                                    # REINFORCE
     else:  # straight-through, gumbel: Pi reads y' as one-hot rows through which a gradient reaches f
-        rows = relaxed_rows(f_logits, noisy, estimator, tau)
+        rows = relaxed_rows(f_logits, noisy, s.estimator, s.tau)
         composed = -log_likelihood(denoiser.decode(gold_in, *denoiser.encode(noisy, rows)), gold_out).sum()
     direct = sequence_loss(f.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)  # -log p_theta(y|x)
-    return composed_weight * composed / samples / (tgt_out != PAD_ID).sum() + lam * direct   # minus Eq. 1
+    return s.composed_weight * composed / samples / (tgt_out != PAD_ID).sum() + s.lam * direct   # minus Eq. 1
 
 
 def sequence_loss(logits, targets, label_smoothing: float = 0.0):
@@ -1293,7 +1311,7 @@ def sequence_loss(logits, targets, label_smoothing: float = 0.0):
 
 def log_likelihood(logits, targets):
     """log p(targets) (B,): each row's token log-probabilities summed, padding skipped, under the distribution the
-    decoders draw from (PAD and BOS impossible, as in Transformer.decode_step)."""
+    decoders draw from (PAD and BOS impossible, as in decode_step)."""
     logits = logits.float().masked_fill(never_generated_mask(logits, logits.shape[-1]), float("-inf"))
     token = F.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
     return token.masked_fill(targets == PAD_ID, 0.0).sum(dim=1)  # (not * mask: -inf * 0 is nan)
@@ -1383,7 +1401,7 @@ def reinforce_baseline(rewards, kind: str):
 
 
 @torch.no_grad()
-def composed_validation_loss(f, denoiser, val_batches, error_free=None, gamma: float = -50.0) -> float:
+def composed_validation_loss(f, denoiser, val_batches, error_free, gamma: float) -> float:
     """Composed fine-tuning's early-stopping criterion: the cross entropy of the composition Pi(f(x)) on the gold y,
     per gold token, where f decodes greedily (the authors' code scores a sampled f(x) instead) and the frozen Pi is
     teacher-forced on y. With SPoC's error detector (error_free, as in composed_loss), a prediction g passes costs
@@ -1540,10 +1558,6 @@ def config_from_args(args, vocab_size: int) -> TransformerConfig:
                              dropout=args.dropout, attention_dropout=args.attention_dropout,
                              activation_dropout=args.activation_dropout)
 
-
-class UsageError(Exception):
-    """Bad input from the user (a missing file, a checkpoint that is not one, ...): the scripts
-    print its message on one line and exit with code 2."""
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -13,8 +13,8 @@ gold output on the test's input (accuracy).
     python evaluate.py runs/standard/model.pt --data data/spoc --splits testw,testp      # a model trained on it
     python evaluate.py runs/molecules/standard/model.pt --data data/molecules   # SMILES judged by RDKit
 
-A model's verdicts go beside it, one JSON line per program (`eval_<split>[_denoised][_random].jsonl`;
-_random when the denoiser in play was pre-trained on random deletions), with a summary (`.json`).
+A model's verdicts go beside it, one JSON line per program (`eval_<split>[_denoised][_<noise>].jsonl`; _<noise>
+when the denoiser in play learned another noise than its dataset's, as Table 5's _random), with a summary (`.json`).
 For --predictions (one program per line, in the order of the split's `.inp`/`.out`, or of a SPoC split's
 `.ids`, whose programs are judged on their problem's hidden test cases), they go to
 `preds.txt.verdicts.jsonl`. Verdicts: correct, wrong_output, compile_error (with the compiler's
@@ -67,9 +67,12 @@ PAPER_TABLE5 = {
 
 
 def paper_numbers(s: dict) -> tuple:
-    if s.get("dataset") in ("molecules", "task") or s.get("settings", {}).get("composed_weight") == 0:
+    """The paper's (compiled, accuracy) for a row: from the table its Pi's noise is compared with (the checkpoint's,
+    train_denoiser.CORRUPTIONS'), Table 2 for a run without one."""
+    table = s.get("paper_table") if s["corruption"] else "Table 2"
+    if table is None or s.get("dataset") in ("molecules", "task") or s.get("settings", {}).get("composed_weight") == 0:
         return None, None  # the paper runs no such experiment (nor composed without its REINFORCE term)
-    if s["corruption"] == "random":
+    if table == "Table 5":
         key = (s["method"], s["denoised"], s["split"])
         return (None, None) if s["deep"] else PAPER_TABLE5.get(key, (None, None))
     return PAPER_TABLES.get((s["method"], s["deep"], s["denoised"], s["split"]), (None, None))
@@ -202,7 +205,9 @@ def evaluate_model(args):
     model = model.to(device)
     denoiser, denoiser_checkpoint = common.chosen_denoiser(checkpoint, args.denoiser, spm, args.data)
     given = args.denoiser not in (None, "none")  # a test-time Pi's noise names the row, else the one f started from
-    corruption = denoiser_checkpoint.get("corruption") if given else checkpoint.get("denoiser_corruption")
+    noise = {key: denoiser_checkpoint.get(key) if given else checkpoint.get(f"denoiser_{key}")
+             for key in ("corruption", "own_noise", "paper_table")}
+    corruption = noise["corruption"]
     denoiser = denoiser.to(device) if denoiser else None
     error_free = spoc.error_detector(denoiser_checkpoint) if denoiser else None  # SPoC's g
     method = checkpoint.get("method", "?")
@@ -224,14 +229,14 @@ def evaluate_model(args):
         programs = common.denoise(denoiser, tokenizer, base, args.batch_size, error_free, progress=True) \
             if denoiser else base
         verdicts = judge_split(programs)
-        # Table 5's denoiser gets files of its own
-        name = f"eval_{split}{'_denoised' if denoiser else ''}{'_random' if corruption == 'random' else ''}"
+        # a Pi of another noise than its dataset's (Table 5's random deletions) gets files of its own
+        name = f"eval_{split}{'_denoised' if denoiser else ''}{f'_{corruption}' if noise['own_noise'] is False else ''}"
         rows = [{"line": i + 1, "prediction": p, **({"base": b} if denoiser else {}), **v}
                 for i, (p, b, v) in enumerate(zip(programs, base, verdicts))]
         write_jsonl(os.path.join(folder, name + ".jsonl"), rows)
         summary = dict(summarize(verdicts), dataset=dataset, method=method, layers=layers,
                        deep=checkpoint.get("deep", False),
-                       preset=checkpoint["args"].get("preset"), corruption=corruption, denoised=bool(denoiser),
+                       preset=checkpoint["args"].get("preset"), **noise, denoised=bool(denoiser),
                        split=split, authors_split=split in authors_splits, model=args.model,
                        denoiser=args.denoiser or ("(its own)" if denoiser else None),
                        seed=checkpoint["args"].get("seed"), settings=run_settings(checkpoint["args"]),
@@ -339,6 +344,11 @@ def spread_of(group: list[dict]) -> str:
     return " and ".join(varies) or "seeds"
 
 
+def counted(n: int, group: list[dict]) -> str:
+    """n runs (or pairs of runs) of a group, and what they differ by: 3 seeds, 3 Pi seeds, 1 run."""
+    return "1 run" if n == 1 else f"{n} {spread_of(group)}"
+
+
 TABLE_HEADER = (f"{'run':<25} {'method':<25} {'preset':<6} {'Pi':<6} {'layers':>6} {'Pi?':>4} {'split':<5} "
                 f"{'n':>5} {'seeds':>5} {'compiled':>12} {'accuracy':>12} {'relative':>8}   "
                 "paper: compiled accuracy relative\n"
@@ -377,14 +387,14 @@ def print_table(args):
     if not summaries:
         raise common.UsageError(f"no eval_*.json in {' '.join(args.table)}: run evaluate.py on a model first")
     rank = lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)  # noqa: E731
-    order = lambda s: (s["split"] != "test", s["split"], s["corruption"] == "random", rank(s["method"]),  # noqa: E731
+    order = lambda s: (s["split"] != "test", s["split"], s.get("own_noise") is False, rank(s["method"]),  # noqa: E731
                        str(s["layers"]), s["denoised"], s["run"])
     groups = sorted(by_seed(summaries), key=lambda group: order(group[0]))
     standard = {}  # per split, the first standard run in the order of the folders given (a sweep may hold more)
     for group in sorted(groups, key=lambda group: group[0]["found"]):
         s = group[0]
         if (s["method"], s["deep"], s["denoised"]) == ("standard", False, False) and \
-                s["corruption"] in ("code", "line"):  # SansType's denoiser, or SPoC's
+                s.get("own_noise"):  # from a Pi of its dataset's own noise
             standard.setdefault(s["split"], group)
     paired = [(a, b, differences) for a in groups for b in groups if comparable(a[0], b[0])
               for differences in [seed_by_seed(a, b)] if differences]
@@ -423,7 +433,7 @@ def markdown_table(groups: list[list[dict]], paired: list) -> str:
         papers = [paper_numbers(by_split[split][0]) if split in by_split else (None, None) for split in splits]
         theirs = [" / ".join(show(x).strip() for x in paper) if paper != (None, None) else "" for paper in papers]
         group = next(iter(by_split.values()))
-        lines.append(f"| {name} ({len(group)} {spread_of(group)}) | " + " | ".join(ours + theirs) + " |")
+        lines.append(f"| {name} ({counted(len(group), group)}) | " + " | ".join(ours + theirs) + " |")
     for name, by_split in differences.items():
         ours = [spread(by_split[split][k], "+") if split in by_split else "" for split in splits for k in (2, 3)]
         theirs = []
@@ -432,7 +442,7 @@ def markdown_table(groups: list[list[dict]], paired: list) -> str:
             theirs.append(" / ".join(f"{x - y:+.1f}" if None not in (x, y) else "-" for x, y in zip(a, b))
                           if (None, None) not in (a, b) else "")
         a, _, _, accuracy = next(iter(by_split.values()))
-        lines.append(f"| {name} ({len(accuracy)} {spread_of(a)}) | " + " | ".join(ours + theirs) + " |")
+        lines.append(f"| {name} ({counted(len(accuracy), a)}) | " + " | ".join(ours + theirs) + " |")
     return "\n".join(lines)
 
 

@@ -197,14 +197,13 @@ def finetune(args):
         model, init = common.load_model(args.init, spm, args.data, "predictor", config)
         denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser")
         composed_training = freeze(denoiser, denoiser_checkpoint, tokenizer, args)
-        extra.update(init_method=init.get("method"), denoiser_corruption=denoiser_checkpoint.get("corruption"),
-                     denoiser={key: denoiser_checkpoint.get(key) for key in ("config", "model", "error_detector",
-                                                                             "args")},
-                     denoiser_args=denoiser_checkpoint.get("args"))
+        extra.update(init_method=init.get("method"), denoiser={key: denoiser_checkpoint.get(key) for key in (
+            "config", "model", "error_detector", "args", "corruption", "own_noise", "paper_table")})
     else:
         model, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser", config)
-        extra.update(denoiser_corruption=denoiser_checkpoint.get("corruption"), denoiser_args=denoiser_checkpoint.get(
-            "args"))  # Pi's seed and settings, for evaluate.py's tables
+    if args.method in ("standard", "bart", "composed"):  # Pi's noise, seed and settings, for evaluate.py's tables
+        extra.update({f"denoiser_{key}": denoiser_checkpoint.get(key) for key in ("corruption", "own_noise",
+                                                                                  "paper_table", "args")})
     common.claim_output(args)  # every input checked: now the run may begin
     print(f"{args.method}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
           f"{len(train_pairs)} labeled pairs, {args.dataset} preset {args.preset}\nsettings: {common.settings(args)}",

@@ -17,6 +17,8 @@ import os
 import random
 import re
 import sys
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -56,13 +58,28 @@ PRESETS = dict(
 DATASET_CHANGES = {"sanstype": dict(corruption="code"), "spoc": dict(corruption="line", error_detector="compile"),
                    "molecules": dict(corruption="smiles"), "task": dict(corruption="edits"),
                    ("spoc", "smoke"): dict(unlabeled=0), ("molecules", "cpu"): dict(epochs=20, patience=20)}
+# The noises Pi learns to undo, each registered here once: what it does to an output, what --help says of it, and the
+# paper's table its rows are compared with (a checkpoint carries it to evaluate.py's table).
+class Corruption(NamedTuple):
+    corrupt: Callable  # (output, rng, args, tokenizer) -> the output corrupted
+    help: str
+    paper_table: str | None
+
+
 CORRUPTIONS = {
-    "code": lambda code, rng, args, tokenizer: common.corrupt_code(code, rng, args.num_corruptions),
-    "random": lambda code, rng, args, tokenizer: common.delete_random_words(code, rng, args.deletion_probability),
-    "line": lambda code, rng, args, tokenizer: spoc.corrupt_one_line(code, rng),
-    "smiles": lambda smiles, rng, args, tokenizer: common.corrupt_smiles(smiles, rng),
-    "edits": lambda text, rng, args, tokenizer: common.corrupt_pieces(text, rng, tokenizer,
-                                                                      tuple(map(float, args.edit_rates.split(",")))),
+    "code": Corruption(lambda code, rng, args, tokenizer: common.corrupt_code(code, rng, args.num_corruptions),
+                       "SansType's: Appendix C's statement-level type, stream and print edits", "Table 2"),
+    "random": Corruption(lambda code, rng, args, tokenizer: common.delete_random_words(code, rng,
+                                                                                       args.deletion_probability),
+                         "drop each word of a statement", "Table 5"),
+    "line": Corruption(lambda code, rng, args, tokenizer: spoc.corrupt_one_line(code, rng),
+                       "SPoC's: Appendix E's one-line insertion, deletion or replacement of a keyword, identifier or "
+                       "symbol", "Table 2"),
+    "smiles": Corruption(lambda smiles, rng, args, tokenizer: common.corrupt_smiles(smiles, rng),
+                         "molecules': 1-2 edits of an atom, ring digit, branch, bond or fragment", None),
+    "edits": Corruption(lambda text, rng, args, tokenizer: common.corrupt_pieces(
+        text, rng, tokenizer, tuple(map(float, args.edit_rates.split(",")))),
+        "a task of your own (make_task.py): at least one piece deleted, inserted, substituted or swapped", None),
 }
 EDIT_RATES = "0.03,0.03,0.03,0.03"  # --corruption edits: about one edit in 8 pieces
 
@@ -71,12 +88,8 @@ def parse_args(argv=None):
     parser = common.ArgumentParser(prog="train_denoiser.py", description=__doc__)
     parser.add_argument("--data", default="data/sanstype", help=f"a folder {common.DATA_MAKERS} wrote")
     parser.add_argument("--out", default="runs/denoiser", help="output folder")
-    parser.add_argument("--corruption", choices=sorted(CORRUPTIONS),
-                        help="code (SansType's): Appendix C's statement-level type, stream and print edits; random: "
-                             "drop each word of a statement (Table 5); line (SPoC's): Appendix E's one-line "
-                             "insertion, deletion or replacement of a keyword, identifier or symbol; smiles "
-                             "(molecules'): 1-2 edits of an atom, ring digit, branch, bond or fragment; edits (a task "
-                             "of your own, make_task.py): at least one piece deleted, inserted, substituted or swapped")
+    parser.add_argument("--corruption", choices=sorted(CORRUPTIONS), help="; ".join(
+        f"{name}: {corruption.help}" for name, corruption in CORRUPTIONS.items()))
     parser.add_argument("--num-corruptions", type=int,
                         help="code: at most this many statements noised per program (1 to N, 90%% of programs; "
                              "default: 3)")
@@ -119,7 +132,7 @@ def corrupted_pairs(programs: list[str], clean_ids: list, tokenizer, args, epoch
     """Epoch `epoch`'s training pairs (corrupted ids, clean ids): every program corrupted afresh, the same for a
     seed's epoch whatever else runs (common.fit makes them in a worker process)."""
     rng = random.Random(f"{args.seed}-epoch{epoch}")
-    corrupt = CORRUPTIONS[args.corruption]
+    corrupt = CORRUPTIONS[args.corruption].corrupt
     return list(zip(tokenizer.encode([corrupt(code, rng, args, tokenizer) for code in programs]), clean_ids))
 
 
@@ -141,10 +154,13 @@ def train(args):
     if not programs or not val:
         raise common.UsageError(f"no programs to train or validate on in {args.data}")
     common.claim_output(args)
-    corrupt = CORRUPTIONS[args.corruption]
+    corrupt = CORRUPTIONS[args.corruption].corrupt
     spoc_cases = spoc.read_cases(args.data, "val") if args.dataset == "spoc" else None
 
-    extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption,
+    own = args.corruption == DATASET_CHANGES[args.dataset]["corruption"]  # the dataset's noise, or another's
+    extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption, "own_noise": own,  # (the paper's tables:
+             "paper_table": CORRUPTIONS[args.corruption].paper_table if own or args.dataset == "sanstype" else None,
+             # SansType's, and SPoC's with its own noise)
              "error_detector": None if args.error_detector == "none" else args.error_detector}
     error_free = spoc.error_detector(extra)  # g, as evaluate.py will read it back from the checkpoint
 

@@ -104,13 +104,12 @@ def composed_epoch(model, denoiser, pairs, val_pairs, args, device):
     for batch in common.batches(pairs, args.batch_size, random.Random(0)):
         src, tgt_in, tgt_out = (t.to(device) for t in batch)
         with common.autocast(args.precision, device):
-            loss = common.composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=default.samples,
-                                        baseline=default.reinforce_baseline)
+            loss = common.composed_loss(model, denoiser, src, tgt_in, tgt_out, default, 0.0)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
     with common.autocast(args.precision, device):
-        common.composed_validation_loss(model, denoiser, val_batches)
+        common.composed_validation_loss(model, denoiser, val_batches, None, default.gamma)
 
 
 def denoiser_epoch(denoiser, programs, tokenizer, args, device) -> float:
@@ -174,10 +173,12 @@ def main():
     estimators = [(1, "none"), (1, "batch"), (2, "none"), (2, "leave-one-out"), (2, "batch")]
 
     def loss_of(samples, baseline, estimator="reinforce", **weights):
+        settings = argparse.Namespace(**{**vars(default), "samples": samples, "reinforce_baseline": baseline,
+                                         "estimator": estimator, **weights})
+
         def loss():
             with common.autocast(args.precision, device):
-                return common.composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=samples, baseline=baseline,
-                                            estimator=estimator, **weights)
+                return common.composed_loss(model, denoiser, src, tgt_in, tgt_out, settings, 0.0)
         return loss
 
     def standard_loss():

@@ -9,11 +9,15 @@
      steps) against re-running the decoder over the whole prefix at every step (test_transformer.rerun_decoder;
      the outputs must be identical).
 
-    python tests/bench_transformer.py [--steps 10] [--threads 2]
+    python tests/bench_transformer.py [--steps 10] [--threads 2] [--compile] [--bf16]
+
+It times what this machine can pay for: bf16 only on a CPU with native bf16 (AVX512-BF16 or AMX; elsewhere it is
+10-17x slower and the bench took over 20 minutes: --bf16 times it anyway), torch.compile only with --compile (a minute
+or more of compiling); it says what it skipped.
 
 Last line: train_step_vs_torch=X.XX decode_cache_speedup=Y.Y bf16_speedup=Z.Z bf16_speedup_cpu=W.W compile_speedup=V.V
 (above 1: ours is faster, the cache is faster, bf16 is faster, compiling is faster; all but the second and fourth at
-the paper's size).
+the paper's size), each where it was timed.
 """
 import argparse
 import os
@@ -74,7 +78,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--compile", action="store_true", help="also time a torch.compile'd step")
+    parser.add_argument("--bf16", action="store_true", help="time bf16 steps on a CPU without native bf16 too")
     args = parser.parse_args()
+    precisions = ("fp32", "bf16") if args.bf16 or common.cpu_has_native_bf16() else ("fp32",)
+    for skipped, why in (("bf16", "no native bf16 on this CPU (--bf16 times it)") * (len(precisions) == 1),
+                         ("torch.compile", "without --compile") * (not args.compile)):
+        print(f"skipped: {skipped}, {why}")
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()} (bf16 needs "
           f"AVX512-BF16 or AMX to pay), {args.threads} threads, batch {BATCH} x {LENGTH} tokens a side")
@@ -83,13 +93,14 @@ def main():
         preset = {**common.column(common.ARCHITECTURE, "sanstype", size),
                   **common.column(finetune.PRESETS, "sanstype", size)}
         config = common.config_from_args(argparse.Namespace(**preset), VOCAB)
-        for precision in ("fp32", "bf16"):
+        for precision in precisions:
             ours = step[size, precision] = seconds_per_step(common.Transformer(config), args.steps, precision)
             reference = seconds_per_step(TorchTransformer(config), args.steps, precision)
             print(f"training step, {size} size, {precision}: ours {1000 * ours:.0f} ms, "
                   f"nn.Transformer {1000 * reference:.0f} ms ({reference / ours:.2f})", flush=True)
             if (size, precision) == ("paper", "fp32"):
                 ours_vs_torch = reference / ours
+            if (size, precision) == ("paper", "fp32") and args.compile:
                 compiled = seconds_per_step(torch.compile(common.Transformer(config), dynamic=True), args.steps)
                 print(f"training step, paper size, fp32, torch.compile: {1000 * compiled:.0f} ms", flush=True)
 
@@ -107,10 +118,14 @@ def main():
     lengths = sorted({len(seq) for seq in cached})
     print(f"greedy decoding, {LENGTH} steps (output lengths {lengths[0]}..{lengths[-1]}): "
           f"cache {cached_seconds:.2f} s, no cache {uncached_seconds:.2f} s, identical outputs: {cached == uncached}")
-    print(f"train_step_vs_torch={ours_vs_torch:.2f} decode_cache_speedup={uncached_seconds / cached_seconds:.1f} "
-          f"bf16_speedup={step['paper', 'fp32'] / step['paper', 'bf16']:.1f} "
-          f"bf16_speedup_cpu={step['cpu', 'fp32'] / step['cpu', 'bf16']:.1f} "
-          f"compile_speedup={step['paper', 'fp32'] / compiled:.2f}")
+    figures = {"train_step_vs_torch": f"{ours_vs_torch:.2f}",
+               "decode_cache_speedup": f"{uncached_seconds / cached_seconds:.1f}"}
+    if "bf16" in precisions:
+        figures.update(bf16_speedup=f"{step['paper', 'fp32'] / step['paper', 'bf16']:.1f}",
+                       bf16_speedup_cpu=f"{step['cpu', 'fp32'] / step['cpu', 'bf16']:.1f}")
+    if args.compile:
+        figures["compile_speedup"] = f"{step['paper', 'fp32'] / compiled:.2f}"
+    print(" ".join(f"{name}={value}" for name, value in figures.items()))
     sys.exit(0 if cached == uncached else 1)
 
 

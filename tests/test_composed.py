@@ -1,11 +1,13 @@
 """Composed fine-tuning's REINFORCE estimator (common.composed_loss) on a toy problem small
 enough to enumerate: its mean gradient matches the exact gradient of Eq. 1's first term."""
+import argparse
 import itertools
 
 import pytest
 import torch
 
 import common
+import finetune
 
 VOCAB = 6  # PAD UNK BOS EOS + two words
 MAX_LEN = 2
@@ -17,6 +19,11 @@ def tiny_model(seed):
     config = common.TransformerConfig(vocab_size=VOCAB, d_model=16, n_heads=2, encoder_layers=1, decoder_layers=1,
                                       d_ff=32, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
     return common.Transformer(config)
+
+
+def composed_settings(**changes) -> argparse.Namespace:
+    """composed_loss's settings: finetune.py's (finetune.ESTIMATOR), with these changed."""
+    return argparse.Namespace(**{**finetune.ESTIMATOR, **changes})
 
 
 def every_output():
@@ -66,12 +73,19 @@ def estimated_gradient(model, denoiser, src, gold, gamma, baseline, batch=250, d
     model.zero_grad()
     tgt = common.pad([[common.BOS_ID] + gold + [common.EOS_ID]] * batch)
     for _ in range(draws):
-        loss = common.composed_loss(model, denoiser, src.expand(batch, -1), tgt[:, :-1], tgt[:, 1:], samples=4,
-                                    baseline=baseline, clamp="reward", gamma=gamma, composed_weight=1.0, lam=0.0,
-                                    error_free=error_free, max_len=MAX_LEN)
+        settings = composed_settings(samples=4, reinforce_baseline=baseline, clamp="reward", gamma=gamma,
+                                     composed_weight=1.0, lam=0.0)
+        loss = common.composed_loss(model, denoiser, src.expand(batch, -1), tgt[:, :-1], tgt[:, 1:], settings, 0.0,
+                                    error_free, max_len=MAX_LEN)
         loss.backward()
     n_tokens = batch * (len(gold) + 1)  # the loss is per gold token and minimised
     return -torch.cat([p.grad.flatten() for p in model.parameters()]) * n_tokens / batch / draws
+
+
+def relaxed(name, samples=1, tau=1.0) -> argparse.Namespace:
+    """A straight-through estimator's settings, its composed term alone (lambda = 0) at weight 1, no baseline."""
+    return composed_settings(estimator=name, samples=samples, tau=tau, reinforce_baseline="none", composed_weight=1.0,
+                             lam=0.0)
 
 
 # Relative errors seen over 40,000 samples (two seeds): 0.25-0.27 for the paper's estimator, 0.011-0.028
@@ -178,8 +192,8 @@ def test_straight_through_forward_value_is_the_denoisers_loss_on_the_samples(est
     model, denoiser = tiny_model(0), tiny_model(9).eval()
     src, tgt_in, tgt_out = composed_batch()
     torch.manual_seed(5)
-    loss = common.composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=2, baseline="none",
-                                composed_weight=1.0, lam=0.0, max_len=MAX_LEN, estimator=estimator, tau=0.5)
+    loss = common.composed_loss(model, denoiser, src, tgt_in, tgt_out, relaxed(estimator, samples=2, tau=0.5), 0.0,
+                                max_len=MAX_LEN)
     torch.manual_seed(5)
     sampled = common.sample_outputs(model, src, 2, MAX_LEN)
     expected = -log_p_beta(denoiser, sampled, [5, 4]).sum() / 2 / int((tgt_out != common.PAD_ID).sum())
@@ -197,8 +211,7 @@ def test_straight_through_gradient_reaches_f_only_through_the_denoisers_input(es
     relaxed_rows = common.relaxed_rows
     monkeypatch.setattr(common, "relaxed_rows", lambda *args: rows.append(relaxed_rows(*args)) or rows[-1])
     torch.manual_seed(5)
-    loss = common.composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=1, baseline="none",
-                                composed_weight=1.0, lam=0.0, max_len=MAX_LEN, estimator=estimator)
+    loss = common.composed_loss(model, denoiser, src, tgt_in, tgt_out, relaxed(estimator), 0.0, max_len=MAX_LEN)
     weights = list(model.parameters())
     through_input = torch.autograd.grad(loss, rows[0], retain_graph=True)[0]
     direct = torch.autograd.grad(loss, weights, retain_graph=True, allow_unused=True)
@@ -226,8 +239,7 @@ def test_straight_through_training_lowers_the_composed_loss_on_a_toy_problem(est
     before = expected_denoiser_loss(model, denoiser, src[:1], [5, 4])
     torch.manual_seed(0)
     for _ in range(40):
-        loss = common.composed_loss(model, denoiser, src, tgt_in, tgt_out, samples=1, baseline="none",
-                                    composed_weight=1.0, lam=0.0, max_len=MAX_LEN, estimator=estimator)
+        loss = common.composed_loss(model, denoiser, src, tgt_in, tgt_out, relaxed(estimator), 0.0, max_len=MAX_LEN)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

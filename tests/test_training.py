@@ -222,7 +222,8 @@ def test_the_table_measures_relative_accuracy_against_the_first_standard_run(tmp
     def summary(folder, method, accuracy):
         os.makedirs(tmp_path / folder, exist_ok=True)
         row = {"method": method, "deep": False, "denoised": method == "composed", "corruption": "code", "layers": 4,
-               "split": "test", "n": 10, "compiled": 0.5, "accuracy": accuracy, "model": "moved/model.pt"}
+               "own_noise": True, "paper_table": "Table 2", "split": "test", "n": 10, "compiled": 0.5,
+               "accuracy": accuracy, "model": "moved/model.pt"}
         json.dump(row, open(tmp_path / folder / "eval_test.json", "w"))
     summary("runs/standard", "standard", 0.20)
     summary("runs/composed", "composed", 0.30)
@@ -245,7 +246,8 @@ def test_the_table_aggregates_seeds_and_pairs_them(tmp_path, capsys):
             os.makedirs(folder, exist_ok=True)
             settings = {"method": method, "lr": 1e-4 if method == "composed" else 1e-3, "preset": "cpu"}
             row = {"method": method, "deep": False, "denoised": denoised, "corruption": None if method == "baseline"
-                   else "code", "layers": "2+2", "split": "test", "n": 500, "compiled": 0.5 + seed / 100,
+                   else "code", "own_noise": True, "paper_table": "Table 2", "layers": "2+2", "split": "test", "n": 500,
+                   "compiled": 0.5 + seed / 100,
                    "accuracy": accuracy / 100, "model": f"{folder}/model.pt", "seed": seed, "settings": settings}
             json.dump(row, open(folder / f"eval_test{'_denoised' * (denoised and method != 'composed')}.json", "w"))
     # the control: composed with another setting, one seed: a row of its own, paired with seed 0 alone
@@ -269,9 +271,9 @@ def test_the_table_aggregates_seeds_and_pairs_them(tmp_path, capsys):
     markdown = capsys.readouterr().out.splitlines()
     assert markdown[0] == "| runs (seeds) | test compiled | test accuracy | paper: test compiled / accuracy |"
     assert "| baseline_{0,1,2} (3 seeds) | 51.0 ± 1.0 | 36.6 ± 4.2 | 48.6 / 36.6 |" in markdown
-    assert "| control_0 (1 seeds) | 52.0 | 49.2 |  |" in markdown  # (the control is not the paper's composed)
-    assert "| composed_{0,1,2} - (standard_{0,1,2} + Pi), paired (3 seeds) | +0.0 ± 0.0 | +1.6 ± 1.4 | +3.1 / +4.0 |" \
-        in markdown
+    assert "| control_0 (1 run) | 52.0 | 49.2 |  |" in markdown  # (the control is not the paper's composed)
+    assert "| composed_{0,1,2} - (standard_{0,1,2} + Pi), paired (3 seeds) | +0.0 ± 0.0 | +1.6 ± 1.4 | +3.1 / +4.0 " \
+        "|" in markdown
 
 
 def test_the_table_aggregates_the_seeds_of_pi_and_pairs_runs_from_the_same_pi(tmp_path, capsys):
@@ -285,7 +287,8 @@ def test_the_table_aggregates_the_seeds_of_pi_and_pairs_runs_from_the_same_pi(tm
         folder = tmp_path / f"{method}_{seed if pi_seed == 0 else f'p{pi_seed}'}"
         os.makedirs(folder)
         pi = f"runs/denoiser_seed{pi_seed}/model.pt"
-        json.dump({"method": method, "deep": False, "denoised": True, "corruption": "code", "layers": "2+2",
+        json.dump({"method": method, "deep": False, "denoised": True, "corruption": "code", "own_noise": True,
+                   "paper_table": "Table 2", "layers": "2+2",
                    "split": "test", "n": 500, "compiled": 0.5, "accuracy": accuracy / 100, "seed": seed,
                    "denoiser": pi if method == "standard" else "(its own)", "pi_seed": pi_seed,
                    "pi": {"epochs": 25}, "settings": {"method": method, "preset": "cpu"}},
@@ -339,6 +342,29 @@ def test_composed_keeps_the_f_it_starts_from_when_no_epoch_does_better(data, den
     kept = common.load_checkpoint(str(tmp_path / "model.pt"), needs=("model",))
     assert kept["epoch"] == 0 and all(torch.equal(start[name], p) for name, p in kept["model"].items())
     assert not all(torch.equal(start[name], p) for name, p in model.state_dict().items())  # (f did train)
+
+
+def test_a_corruption_registered_once_reaches_the_help_and_the_table(data, tmp_path, monkeypatch, capsys):
+    """A noise added to train_denoiser.CORRUPTIONS alone: --help lists it; a Pi trained on it names its rows in
+    evaluate.py's table, with no paper numbers beside them, and its evaluations go into files of their own (it is not
+    the dataset's noise), beside those without it."""
+    monkeypatch.setitem(train_denoiser.CORRUPTIONS, "reverse", train_denoiser.Corruption(
+        lambda text, rng, args, tokenizer: " ".join(reversed(text.split())), "the words in reverse order", None))
+    with pytest.raises(SystemExit):
+        train_denoiser.main(["--data", str(data), "--help"])
+    assert "reverse: the words in reverse order" in " ".join(capsys.readouterr().out.split())
+    train_denoiser.main(["--data", str(data), "--preset", "smoke", "--corruption", "reverse", "--epochs", "1",
+                         "--out", str(tmp_path / "pi")])
+    finetune.main(["--method", "baseline", "--data", str(data), "--preset", "smoke", "--epochs", "1", "--out",
+                   str(tmp_path / "baseline")])
+    for denoiser in ([], ["--denoiser", str(tmp_path / "pi" / "model.pt")]):
+        evaluate.main([str(tmp_path / "baseline" / "model.pt"), "--data", str(data), *denoiser])
+    assert {"eval_test.json", "eval_test_denoised_reverse.json"} <= set(os.listdir(tmp_path / "baseline"))
+    capsys.readouterr()
+    evaluate.main(["--table", str(tmp_path / "baseline")])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("baseline ")]
+    assert [(row[3], row[5]) for row in rows if row[6] == "test"] == [("-", "N"), ("reverse", "Y")]
+    assert [row[-3:] for row in rows if row[6] == "test"] == [["48.6", "36.6", "-54.1"], ["-", "-", "-"]]
 
 
 def test_composed_model_is_evaluated_through_its_denoiser(data, denoiser, tmp_path):

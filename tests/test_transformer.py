@@ -32,7 +32,7 @@ def test_decoder_does_not_look_ahead():
 
 def rerun_decoder(model, src, max_len, sample=False):
     """Decoding without a cache or fixed shapes: the decoder re-run over the whole prefix at every step, rows
-    dropped as they finish; one uniform draw per row and step, as Transformer.decode_step draws them. The slow
+    dropped as they finish; one uniform draw per row and step, as common.decode_step draws them. The slow
     reference, as the decoder before the fixed-shape step decoded: token lists without EOS."""
     memory, memory_mask = model.encode(src)
     prefixes, outputs = torch.full((len(src), 1), BOS_ID), [None] * len(src)
@@ -120,9 +120,9 @@ def test_the_decoding_step_never_waits_for_the_device():
     model = tiny(vocab=30).eval().to("meta")
     src = torch.randint(4, 30, (8, 6), device="meta")
     for sample in (False, True):
-        state = model.start_decoding(*model.encode(src), max_len=10, sample=sample)
+        state = common.start_decoding(model, *model.encode(src), max_len=10, sample=sample)
         for _ in range(3):
-            model.decode_step(state)
+            common.decode_step(model, state)
         assert state.tokens.shape == (8, 11) and state.caches[0]["self"]["k"].shape == (8, 10, 32)
 
 
