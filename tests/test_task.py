@@ -69,7 +69,7 @@ def test_a_task_of_ones_own_goes_through_every_stage(task):
             args = train_denoiser.parse_args(["--data", str(data), "--preset", "smoke"])
             tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
             val, rng = common.read_lines(str(data / "val.tgt")), random.Random("0-val")
-            noisy = [train_denoiser.CORRUPTIONS["edits"](y, rng, args, tokenizer) for y in val]
+            noisy = [train_denoiser.CORRUPTIONS["edits"].corrupt(y, rng, args, tokenizer) for y in val]
             assert f"repairs of 10 val outputs: {sum(n != y for n, y in zip(noisy, val))} changed by the noise" in \
                 result.stderr
     verdicts = [json.loads(line) for line in open(runs / "composed" / "eval_test_denoised.jsonl")]
