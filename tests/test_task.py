@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import common
+import finetune
 import make_task
 import train_denoiser
 
@@ -223,6 +224,13 @@ def test_the_readmes_own_task_chain_runs_as_written(task, tmp_path):
     for run in ("baseline", "standard", "composed"):
         assert {"eval_test.json", "eval_test_denoised.json"} <= set(os.listdir(tmp_path / "runs" / "mine" / run))
     assert "composed" in ran.stdout and len((tmp_path / "outputs.txt").read_text().splitlines()) == 2
+
+
+def test_a_task_waits_longer_for_a_better_epoch(task):
+    """A task's fine-tuning stages stop 30 epochs after their best (SansType's cpu preset: 10); composed keeps its 3."""
+    patience = {method: finetune.parse_args(["--method", method, "--data", str(task / "data")]).patience
+                for method in ("baseline", "standard", "composed")}
+    assert patience == {"baseline": 30, "standard": 30, "composed": 3}
 
 
 def test_splits_of_ones_own_go_in_as_they_are(task, tmp_path):
