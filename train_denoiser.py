@@ -160,8 +160,9 @@ def train(args):
     own = args.corruption == DATASET_CHANGES[args.dataset]["corruption"]  # the dataset's noise, or another's
     # The paper's tables are SansType's, and SPoC's with its own noise.
     paper_table = CORRUPTIONS[args.corruption].paper_table if own or args.dataset == "sanstype" else None
+    detector = None if args.error_detector == "none" else args.error_detector
     extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption, "own_noise": own,
-             "paper_table": paper_table, "error_detector": {"none": None}.get(args.error_detector, args.error_detector)}
+             "paper_table": paper_table, "error_detector": detector}
     error_free = spoc.error_detector(extra)  # g, as evaluate.py will read it back from the checkpoint
 
     clean_ids = tokenizer.encode(programs)
