@@ -147,7 +147,8 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--estimates", type=int, default=20, help="gradient estimates per estimator")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="(default: OMP_NUM_THREADS, or "
+                        "all cores)")
     parser.add_argument("--share-batches", type=int, default=5, help="batches for the released estimator's share")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="of every timed piece")
