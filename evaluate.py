@@ -449,16 +449,20 @@ def markdown_table(groups: list[list[dict]], paired: list) -> str:
 def comparable(a: dict, b: dict) -> bool:
     """Rows PAIRED compares: a pair of its kinds, the same data, preset, size and split, and the same denoiser's
     noise where both have one (standard from Table 5's Pi is not compared with composed through the code Pi)."""
-    same = all(a.get(key) == b.get(key) for key in ("dataset", "preset", "layers", "split", "authors_split", "over"))
+    same = all(a.get(key) == b.get(key) for key in ("dataset", "preset", "layers", "split", "authors_split"))
+    same &= None in (a.get("over"), b.get("over")) or a["over"] == b["over"]  # a baseline has no Pi: either spread
     noise = a["corruption"] is None or b["corruption"] is None or a["corruption"] == b["corruption"]
     return same and noise and ((a["method"], a["denoised"]), (b["method"], b["denoised"])) in PAIRED
 
 
 def seed_by_seed(a: list[dict], b: list[dict]) -> tuple[list, list] | None:
-    """a minus b, seed by seed (a run and the run of b with its seed and its Pi's seed), over the seeds both have, in
-    points: (compiled, accuracy); None where they share none."""
-    b_of = {seeds_of(s): s for s in b if s.get("seed") is not None}
-    pairs = [(s, b_of[seeds_of(s)]) for s in a if s.get("seed") is not None and seeds_of(s) in b_of]
+    """a minus b, seed by seed (a run and the run of b with its seed, and its Pi's seed where both have a Pi: a baseline
+    pairs with the runs of every Pi), over the seeds both have, in points: (compiled, accuracy); None where they share
+    none."""
+    def key(s):
+        return seeds_of(s) if a[0].get("pi_seed") is not None and b[0].get("pi_seed") is not None else s["seed"]
+    b_of = {key(s): s for s in b if s.get("seed") is not None}
+    pairs = [(s, b_of[key(s)]) for s in a if s.get("seed") is not None and key(s) in b_of]
     if not pairs:
         return None
     return tuple([None if None in (x[key], y[key]) else 100 * (x[key] - y[key]) for x, y in pairs]

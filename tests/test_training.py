@@ -283,16 +283,20 @@ def test_the_table_aggregates_the_seeds_of_pi_and_pairs_runs_from_the_same_pi(tm
     test_accuracy = {("standard", 0, 0): 40, ("standard", 1, 0): 44, ("standard", 2, 0): 48, ("standard", 0, 1): 41,
                      ("standard", 0, 2): 39, ("composed", 0, 0): 43, ("composed", 1, 0): 44, ("composed", 2, 0): 50,
                      ("composed", 0, 1): 42, ("composed", 0, 2): 45}  # (method, Pi's seed, seed): %
+    def evaluation(folder, name, **row):
+        os.makedirs(folder, exist_ok=True)
+        json.dump({"deep": False, "corruption": "code", "own_noise": True, "paper_table": "Table 2", "layers": "2+2",
+                   "split": "test", "n": 500, "compiled": 0.5, "pi": {"epochs": 25}, **row}, open(folder / name, "w"))
     for (method, pi_seed, seed), accuracy in test_accuracy.items():
         folder = tmp_path / f"{method}_{seed if pi_seed == 0 else f'p{pi_seed}'}"
-        os.makedirs(folder)
-        pi = f"runs/denoiser_seed{pi_seed}/model.pt"
-        json.dump({"method": method, "deep": False, "denoised": True, "corruption": "code", "own_noise": True,
-                   "paper_table": "Table 2", "layers": "2+2",
-                   "split": "test", "n": 500, "compiled": 0.5, "accuracy": accuracy / 100, "seed": seed,
-                   "denoiser": pi if method == "standard" else "(its own)", "pi_seed": pi_seed,
-                   "pi": {"epochs": 25}, "settings": {"method": method, "preset": "cpu"}},
-                  open(folder / "eval_test_denoised.json", "w"))
+        evaluation(folder, "eval_test_denoised.json", method=method, denoised=True, accuracy=accuracy / 100, seed=seed,
+                   pi_seed=pi_seed, settings={"method": method, "preset": "cpu"})
+        if method == "standard":  # and its f alone
+            evaluation(folder, "eval_test.json", method=method, denoised=False, accuracy=(accuracy - 1) / 100,
+                       seed=seed, pi_seed=pi_seed, settings={"method": method, "preset": "cpu"})
+    for seed in range(3):  # a baseline, which no Pi made, pairs with the runs of every Pi
+        evaluation(tmp_path / f"baseline_{seed}", "eval_test.json", method="baseline", corruption=None, pi=None,
+                   denoised=False, accuracy=0.3 + seed / 100, seed=seed, pi_seed=None, settings={"preset": "cpu"})
     evaluate.main(["--table", *sorted(str(p) for p in tmp_path.iterdir()), "--markdown"])
     markdown = capsys.readouterr().out.splitlines()
     for line in ["| standard_{0,p1,p2} + Pi (3 Pi seeds) | 50.0 ± 0.0 | 44.0 ± 4.0 | 87.3 / 80.4 |",
@@ -302,7 +306,9 @@ def test_the_table_aggregates_the_seeds_of_pi_and_pairs_runs_from_the_same_pi(tm
                  "| composed_{0,1,2} - (standard_{0,1,2} + Pi), paired (3 seeds) | +0.0 ± 0.0 | +3.3 ± 2.5 | "
                  "+3.1 / +4.0 |"]:
         assert line in markdown, (line, markdown)
-    assert sum(" paired " in line for line in markdown) == 2  # no pair across the two spreads
+    assert "| standard_{0,p1,p2} - baseline_{0,1,2}, paired (3 Pi seeds) | +0.0 ± 0.0 | +13.0 ± 4.0 | +38.2 / +43.2 |" \
+        in markdown, "\n".join(markdown)  # each standard run from Pi 0, 1, 2 at seed 0 against baseline_0
+    assert sum(" paired " in line for line in markdown) == 8  # four pairings in two spreads, none across them
 
 
 @pytest.mark.parametrize("estimator", ["reinforce", "straight-through", "gumbel"])
