@@ -2,7 +2,7 @@
 
     python tests/bench_gpu.py                                  # a lent GPU: --preset paper, bf16 where it has it
     python tests/bench_gpu.py --stages data,steps,compile      # the step figures alone
-    python tests/bench_gpu.py --preset smoke --device cpu      # a dry run on 2 cores (tests/test_bench_gpu.py)
+    python tests/bench_gpu.py --preset smoke --device cpu      # a dry run on 2 cores (tests/test_bench_gpu.py: --seeds 0)
     python tests/bench_gpu.py --preset cpu --device cpu --stages data,steps   # the step figures on the CPU
 
 Its stages, each timed, in a scratch folder (--work; default a new temporary one), cut when --budget runs out:
@@ -192,6 +192,7 @@ def table2(args, deadline: Deadline) -> dict:
     definitions, *phases = TABLE2_BLOCK.replace("python make_sanstype.py\n", "").replace("python ", python).split(
         "\n\n")
     definitions = definitions.replace('P="--preset paper --precision auto"', f'P="{P}"')
+    phases = [phase.replace("for s in 0 1 2;", f"for s in {args.seeds};") for phase in phases]
     figures, total = {}, 0.0
     for (name, log), phase in zip((("denoiser and baselines", "denoiser"), ("seeds: standard, composed, control, "
                                                                              "every evaluation", "seeds")), phases):
@@ -266,6 +267,7 @@ def main():
                         "the data and the block ~560 s)")
     parser.add_argument("--reserve", type=float, default=30, help="seconds of the budget stage table2 leaves "
                         "to stage composed")
+    parser.add_argument("--seeds", default="0 1 2", help="the block's seeds (the dry run's test: 0 alone)")
     parser.add_argument("--max-steps", type=int, default=300, help="steps timed an epoch, at most")
     parser.add_argument("--work", help="the scratch folder (default: a new temporary one)")
     args = parser.parse_args()

@@ -204,7 +204,10 @@ def test_the_table_says_layers_as_encoder_plus_decoder(work, capsys):
 def test_ctrl_c_exits_130_and_says_how_to_resume(work, tmp_path):
     process = subprocess.Popen([sys.executable, os.path.join(ROOT, "finetune.py"), "--method", "baseline", "--data",
                                 str(work / "data"), *SMOKE, "--out", str(tmp_path / "run"), "--epochs", "1000",
-                                "--patience", "1000"], stderr=subprocess.PIPE, text=True)
+                                "--patience", "1000"], stderr=subprocess.PIPE, text=True,
+                               # Ctrl-C as from a terminal, even where the suite runs as a shell's background job
+                               # (which ignores it, and so would the script)
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for line in process.stderr:  # interrupt once it trains
         if line.startswith("epoch 1:"):
             break
