@@ -459,8 +459,8 @@ def seed_by_seed(a: list[dict], b: list[dict]) -> tuple[list, list] | None:
     """a minus b, seed by seed (a run and the run of b with its seed, and its Pi's seed where both have a Pi: a baseline
     pairs with the runs of every Pi), over the seeds both have, in points: (compiled, accuracy); None where they share
     none."""
-    def key(s):
-        return seeds_of(s) if a[0].get("pi_seed") is not None and b[0].get("pi_seed") is not None else s["seed"]
+    both_have_a_pi = a[0].get("pi_seed") is not None and b[0].get("pi_seed") is not None
+    key = seeds_of if both_have_a_pi else (lambda s: s["seed"])
     b_of = {key(s): s for s in b if s.get("seed") is not None}
     pairs = [(s, b_of[key(s)]) for s in a if s.get("seed") is not None and key(s) in b_of]
     if not pairs:
