@@ -65,9 +65,9 @@ NEVER_GENERATED = [PAD_ID, BOS_ID]
 DATA_MAKERS = "make_sanstype.py, make_spoc.py, make_molecules.py or make_task.py"  # each writes a data folder
 
 
-def train_tokenizer(lines: list[str], vocab_size: int, split_digits: bool = False) -> tuple[bytes, int]:
-    """Train a BPE model on text lines; return (the model file's bytes, its number of pieces): vocab_size,
-    or as many as the lines support (said in a message). One thread and every sentence used (no
+def train_tokenizer(lines: list[str], vocab_size: int, split_digits: bool = False) -> bytes:
+    """Train a BPE model on text lines of vocab_size pieces, or as many as the lines support, and say how many; return
+    the model file's bytes. One thread and every sentence used (no
     sampling), so the same lines give the same bytes. split_digits: every digit a piece of its own (a task's
     numbers; BPE would otherwise merge a number's last digits with what follows, and a model could not copy them)."""
     def train(size):
@@ -78,14 +78,16 @@ def train_tokenizer(lines: list[str], vocab_size: int, split_digits: bool = Fals
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID, minloglevel=2)
         return model.getvalue()
     try:
-        return train(vocab_size), vocab_size
+        model, pieces = train(vocab_size), vocab_size
     except RuntimeError as error:  # sentencepiece: "Vocabulary size too high (600). Please set it to a value <= N."
         supported = re.search(r"<= (\d+)", str(error))
         if not supported:
             raise UsageError(f"cannot train a {vocab_size}-piece tokenizer: {str(error).split('] ')[-1]}") from None
-    smaller = int(supported.group(1))
-    print(f"the training data supports at most {smaller} pieces, not {vocab_size}: the tokenizer has {smaller}")
-    return train(smaller), smaller
+        pieces = int(supported.group(1))
+        print(f"the training data supports at most {pieces} pieces, not {vocab_size}: the tokenizer has {pieces}")
+        model = train(pieces)
+    print(f"trained a {pieces}-piece sentencepiece BPE tokenizer")
+    return model
 
 
 def load_tokenizer(model_bytes):
@@ -115,7 +117,6 @@ def read_lines(path: str) -> list[str]:
 
 def read_tokenizer_bytes(data_dir: str) -> bytes:
     """The bytes of a data folder's spm.model, checked to be a sentencepiece model."""
-    check_data_folder(data_dir)
     path = os.path.join(data_dir, "spm.model")
     if not os.path.isfile(path):
         raise UsageError(f"missing {path}: make the data with {DATA_MAKERS}")
@@ -140,13 +141,6 @@ def write_manifest(data_dir: str, dataset: str, **facts):
         json.dump({"dataset": dataset, **facts}, f, indent=1)
 
 
-def check_data_folder(data_dir: str):
-    """--data names a folder: a file of it (data/sanstype/train.src) is a likely slip, said as such."""
-    if os.path.isfile(data_dir):
-        raise UsageError(f"--data {data_dir} is a file: name the data folder that holds it "
-                         f"({os.path.dirname(data_dir) or '.'})")
-
-
 def claim_data_folder(out: str, overwrite: bool, holds: str = "dataset.json"):
     """Make sure a script that writes a data folder may write to `out`, before any work and creating nothing: refuse
     one that cannot be written, or one that holds data (its `holds` file) unless told to --overwrite it: the runs
@@ -160,7 +154,9 @@ def claim_data_folder(out: str, overwrite: bool, holds: str = "dataset.json"):
 def read_manifest(data_dir: str) -> dict:
     """A data folder's dataset.json: the dataset it holds (one of DATASETS) and what made it (for SansType,
     authors_splits: the splits taken from the authors' release)."""
-    check_data_folder(data_dir)
+    if os.path.isfile(data_dir):  # --data names a folder: a file of it (data/sanstype/train.src) is a likely slip
+        raise UsageError(f"--data {data_dir} is a file: name the data folder that holds it "
+                         f"({os.path.dirname(data_dir) or '.'})")
     path = os.path.join(data_dir, "dataset.json")
     if not os.path.isfile(path):
         raise UsageError(f"missing {path}: make the data with {DATA_MAKERS}")
@@ -358,12 +354,9 @@ class Transformer(nn.Module):
     @torch.no_grad()
     def generate(self, src, max_len: int = 200, sample: bool = False, repeat: int = 1) -> Decoded:
         """Greedy (or, with sample=True, ancestral) decoding of a batch, each row stopping at EOS or after max_len
-        tokens; `repeat` rows per source (one after another, the source encoded once). On a GPU the steps are a
-        CUDA graph replayed in fixed shapes, and whether every row has finished is asked only every FINISHED_CHECK
-        steps (it waits for the GPU), so up to that many steps run past the last EOS. On the CPU the same step runs
-        eagerly, attending to the written cache slots alone, and finished rows leave the batch. Sampling on a GPU
-        (composed training's y') never asks: it runs all max_len steps without waiting, so that the host queues the
-        rest of the training step while the GPU samples (finished rows only add PAD)."""
+        tokens; `repeat` rows per source (one after another, the source encoded once); how the steps run is 2b. A GPU
+        is asked whether every row has finished every FINISHED_CHECK steps, never when sampling (composed training's
+        y'), so that the host queues the rest of the training step while the GPU samples (finished rows add PAD)."""
         memory, memory_mask = self.encode(src)
         memory, memory_mask = memory.repeat_interleave(repeat, 0), memory_mask.repeat_interleave(repeat, 0)
         if src.is_cuda:
@@ -830,8 +823,6 @@ def canonical_smiles(smiles: str) -> str | None:
 # needs no other file. Training writes two: model.pt (the best epoch so far, for the next
 # stage) and last.pt (the latest epoch with optimizer, step and random states, for --resume).
 # Both are written to a temporary file first and renamed, so a kill never leaves half a file.
-# A run's folder is claimed before any work: it must be writable, and a finished run in it is replaced only
-# by a run told to (--overwrite), or continued with its own settings (--resume).
 
 def save_checkpoint(path: str, payload: dict):
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -861,9 +852,9 @@ def load_checkpoint(path: str, needs=("config", "model", "spm")) -> dict:
     return checkpoint
 
 
-def model_from_checkpoint(checkpoint: dict) -> Transformer:
-    """The model exactly as it was trained (evaluation)."""
-    model = Transformer(TransformerConfig(**checkpoint["config"]))
+def model_from_checkpoint(checkpoint: dict, config: TransformerConfig | None = None) -> Transformer:
+    """The checkpoint's model, exactly as it was trained (evaluation) or built from `config` (load_model)."""
+    model = Transformer(config or TransformerConfig(**checkpoint["config"]))
     model.load_state_dict(checkpoint["model"])
     return model
 
@@ -883,9 +874,7 @@ def load_model(path: str, spm: bytes, data: str, role: str, config: TransformerC
     differ = [f"{key} {theirs[key]} (this run: {ours[key]})" for key in architecture if theirs[key] != ours[key]]
     if differ:
         raise UsageError(f"{path} has {', '.join(differ)}: give this run its sizes (--layers, --d-model, ...)")
-    model = Transformer(TransformerConfig(**ours))
-    model.load_state_dict(checkpoint["model"])
-    return model, checkpoint
+    return model_from_checkpoint(checkpoint, config), checkpoint
 
 
 def chosen_denoiser(checkpoint: dict, flag: str | None, spm: bytes, data: str):
@@ -1557,7 +1546,6 @@ def config_from_args(args, vocab_size: int) -> TransformerConfig:
                              encoder_layers=args.layers, decoder_layers=args.layers, d_ff=args.d_ff,
                              dropout=args.dropout, attention_dropout=args.attention_dropout,
                              activation_dropout=args.activation_dropout)
-
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -26,7 +26,6 @@ import glob
 import json
 import math
 import os
-import re
 import statistics
 import sys
 
@@ -162,8 +161,6 @@ def write_jsonl(path: str, rows: list[dict]):
 
 def judge_predictions(args):
     """--predictions mode: judge a file of programs against a split."""
-    if not os.path.isfile(args.predictions):
-        raise common.UsageError(f"missing predictions file: {args.predictions}")
     check_splits(args.data, args.split, "--split")
     programs = common.read_lines(args.predictions)
     common.check_output_file(args.predictions + ".verdicts.jsonl", "--predictions")  # the verdicts go beside it
@@ -190,8 +187,12 @@ def judge_predictions(args):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f)
-    print(f"{args.split}: n={summary['n']}  compiled {spread([percent(summary['compiled'])])}%  "
-          f"accuracy {100 * summary['accuracy']:.1f}%")
+    print(result_line(args.split, summary))
+
+
+def result_line(split: str, summary: dict) -> str:
+    return f"{split}: n={summary['n']}  compiled {spread([percent(summary['compiled'])])}%  " \
+           f"accuracy {100 * summary['accuracy']:.1f}%"
 
 
 def evaluate_model(args):
@@ -220,7 +221,6 @@ def evaluate_model(args):
     folder = os.path.dirname(args.model)
     common.check_writable(folder, "the model's folder")  # its evaluations go beside it
     print(f"{args.model} on {common.device_name(device)}", file=sys.stderr)
-    print(TABLE_HEADER)
 
     for split in splits:
         sources = common.read_lines(os.path.join(args.data, f"{split}.src"))
@@ -243,7 +243,7 @@ def evaluate_model(args):
                        pi_seed=pi_args and pi_args.get("seed"), pi=pi_args and run_settings(pi_args))
         with open(os.path.join(folder, name + ".json"), "w") as f:
             json.dump(summary, f, indent=1)
-        print(table_row([{**summary, "run": os.path.basename(folder)}], None))
+        print(result_line(split + " Pi(f(x))" * bool(denoiser), summary))
 
 
 def run_settings(args: dict) -> dict:
@@ -257,31 +257,6 @@ NOT_SETTINGS = ("seed", "device", "out", "init", "denoiser", "resume", "overwrit
 
 def show(x) -> str:
     return "  -  " if x is None else f"{x:5.1f}"
-
-
-def relative(accuracy, standard_accuracy):
-    """The paper's "Relative" column: accuracy relative to standard fine-tuning's, in %."""
-    if accuracy is None or not standard_accuracy:
-        return None
-    return 100 * (accuracy - standard_accuracy) / standard_accuracy
-
-
-def table_row(group: list[dict], standard: list[dict] | None) -> str:
-    """One row of the table for a run, or for runs that differ only by seed (their mean ± std)."""
-    s = group[0]
-    paper = paper_numbers(s)
-    paper_standard = PAPER_TABLES.get(("standard", False, False, s["split"]), (None, None))
-    ours = relative(mean(group, "accuracy"), standard and mean(standard, "accuracy"))
-    label = group_label(group) + (f" ({spread_of(group)})" if spread_of(group) != "seeds" else "")
-    return (f"{label:<25} {s['method']:<25} {s.get('preset') or '?':<6} {s['corruption'] or '-':<6} "
-            f"{str(s['layers']):>6} {'Y' if s['denoised'] else 'N':>4} {s['split'] + '*' * s.get('authors_split', False):<5} "
-            f"{s['n']:>5} {len(group):>5} {spread([percent(r['compiled']) for r in group]):>12} "
-            f"{spread([100 * r['accuracy'] for r in group]):>12} {show(ours):>8}   "
-            f"{show(paper[0])} {show(paper[1])} {show(relative(paper[1], paper_standard[1])):>8}")
-
-
-def mean(group: list[dict], key: str) -> float:
-    return 100 * statistics.mean(r[key] for r in group)
 
 
 def percent(fraction: float | None) -> float | None:
@@ -312,7 +287,7 @@ def by_seed(summaries: list[dict]) -> list[list[dict]]:
     """Runs that differ only by seed, theirs or their Pi's (the same method, settings, split, kind of Pi, ...),
     together, in the order of their seeds. An evaluation made before evaluate.py recorded seeds stays alone; one made
     before it recorded Pi's settings is told apart by Pi's path. A group whose runs vary in both seeds becomes two: over
-    Pi's seeds at the first seed, and over the seeds from the first Pi (spread_of says which)."""
+    Pi's seeds at the seed most Pis have, and over the seeds of the Pi that has most (spread_of says which)."""
     groups = {}
     for s in summaries:
         key = tuple(str(s.get(name)) for name in ("dataset", "method", "layers", "deep", "preset", "corruption",
@@ -323,10 +298,11 @@ def by_seed(summaries: list[dict]) -> list[list[dict]]:
     split = []
     for group in groups.values():
         group = sorted(group, key=seeds_of)
-        first_pi, first = seeds_of(group[0])
         if len({s.get("pi_seed") for s in group}) > 1 and len({s.get("seed") for s in group}) > 1:
-            split += [[{**s, "over": "Pi seeds"} for s in group if s.get("seed") == first],
-                      [{**s, "over": "seeds"} for s in group if s.get("pi_seed") == first_pi]]
+            seed, pi = (max(sorted(set(values), key=str), key=values.count)  # the seed most Pis have, the Pi with most
+                        for values in ([s.get("seed") for s in group], [s.get("pi_seed") for s in group]))
+            split += [[{**s, "over": "Pi seeds"} for s in group if s.get("seed") == seed],
+                      [{**s, "over": "seeds"} for s in group if s.get("pi_seed") == pi]]
         else:
             split.append(group)
     return split
@@ -349,16 +325,6 @@ def counted(n: int, group: list[dict]) -> str:
     return "1 run" if n == 1 else f"{n} {spread_of(group)}"
 
 
-TABLE_HEADER = (f"{'run':<25} {'method':<25} {'preset':<6} {'Pi':<6} {'layers':>6} {'Pi?':>4} {'split':<5} "
-                f"{'n':>5} {'seeds':>5} {'compiled':>12} {'accuracy':>12} {'relative':>8}   "
-                "paper: compiled accuracy relative\n"
-                "(Pi: the noise the denoiser learned to undo; Pi?: Y where the outputs are Pi(f(x)); n: programs "
-                "judged; seeds: runs that differ only by their seed, whose mean ± std (the sample's) a row shows; "
-                "compiled (molecules: valid, RDKit reads the SMILES; a task: its validity command says valid), "
-                "accuracy: % of them; relative: accuracy "
-                "relative to standard fine-tuning's on the split, in %, as the paper's Table 2; layers: "
-                "encoder+decoder, --layers each (the paper counts both: its 6 layers are 3+3); split*: the authors' "
-                "own programs, make_sanstype.py --released)")
 METHOD_ORDER = ("baseline", "standard", "composed", "bart", "composed+bart", "backtranslation",
                 "composed+backtranslation")
 # The paired rows of the README's Table 2: (row, the row it is compared with), a row being (method, Pi?).
@@ -372,9 +338,9 @@ def is_predictor(path: str) -> bool:
 
 
 def print_table(args):
-    """One row per run, or per runs that differ only by seed (mean ± std); Relative is the accuracy relative to our
-    standard fine-tuning (code-based denoiser, no test-time denoiser, same split), as the paper's Table 2 computes
-    it. Then the paired rows (PAIRED): per seed, one row minus another, over the seeds both have."""
+    """The README's layout: a row per run, or per runs that differ only by seed (mean ± std), each split's compiled
+    and accuracy side by side, the paper's beside them; then the paired rows (PAIRED): per seed, one row minus
+    another, over the seeds both have (and the paper's difference of the same rows)."""
     summaries, unevaluated = [], []
     for folder in args.table:
         paths = sorted(glob.glob(os.path.join(folder, "eval_*.json")))
@@ -382,48 +348,28 @@ def print_table(args):
             unevaluated.append(folder)
         for path in paths:
             with open(path) as f:
-                summaries.append({**json.load(f), "run": os.path.basename(os.path.normpath(folder)),
-                                  "found": len(summaries)})
+                summaries.append({**json.load(f), "run": os.path.basename(os.path.normpath(folder))})
     if not summaries:
         raise common.UsageError(f"no eval_*.json in {' '.join(args.table)}: run evaluate.py on a model first")
     rank = lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)  # noqa: E731
     order = lambda s: (s["split"] != "test", s["split"], s.get("own_noise") is False, rank(s["method"]),  # noqa: E731
                        str(s["layers"]), s["denoised"], s["run"])
     groups = sorted(by_seed(summaries), key=lambda group: order(group[0]))
-    standard = {}  # per split, the first standard run in the order of the folders given (a sweep may hold more)
-    for group in sorted(groups, key=lambda group: group[0]["found"]):
-        s = group[0]
-        if (s["method"], s["deep"], s["denoised"]) == ("standard", False, False) and \
-                s.get("own_noise"):  # from a Pi of its dataset's own noise
-            standard.setdefault(s["split"], group)
     paired = [(a, b, differences) for a in groups for b in groups if comparable(a[0], b[0])
               for differences in [seed_by_seed(a, b)] if differences]
-    if args.markdown:
-        print(markdown_table(groups, paired))
-    else:
-        print(TABLE_HEADER)
-        for group in groups:
-            print(table_row(group, standard.get(group[0]["split"])))
-    if paired and not args.markdown:
-        print(f"\npaired, per seed: a row minus another, over the seeds both have (mean ± std)\n"
-              f"{'split':<5} {'run':<30} {'minus':<30} {'seeds':>5} {'compiled':>12} {'accuracy':>12}")
-        for a, b, (compiled, accuracy) in paired:
-            print(f"{a[0]['split']:<5} {row_name(a):<30} {row_name(b):<30} {len(accuracy):>5} "
-                  f"{spread(compiled, '+'):>12} {spread(accuracy, '+'):>12}")
+    print(markdown_table(groups, paired))
     if unevaluated:
         print(f"not evaluated (no eval_*.json): {' '.join(unevaluated)}", file=sys.stderr)
 
 
 def markdown_table(groups: list[list[dict]], paired: list) -> str:
-    """--markdown: the README's layout, a row per method (its runs), each split's compiled and accuracy side by side,
-    the paper's beside them; then the paired rows (and the paper's difference of the same rows)."""
-    splits = list(dict.fromkeys(group[0]["split"] for group in groups))
+    splits = list(dict.fromkeys(split_name(group[0]) for group in groups))
     rows, differences = {}, {}
     for group in groups:
-        rows.setdefault(row_name(group), {})[group[0]["split"]] = group
+        rows.setdefault(row_name(group), {})[split_name(group[0])] = group
     for a, b, (compiled, accuracy) in paired:
         minus = f"({row_name(b)})" if " + " in row_name(b) else row_name(b)
-        differences.setdefault(f"{row_name(a)} - {minus}, paired", {})[a[0]["split"]] = (a, b, compiled, accuracy)
+        differences.setdefault(f"{row_name(a)} - {minus}, paired", {})[split_name(a[0])] = (a, b, compiled, accuracy)
     lines = ["| runs (seeds) | " + " | ".join(f"{split} compiled | {split} accuracy" for split in splits) + " | " +
              " | ".join(f"paper: {split} compiled / accuracy" for split in splits) + " |",
              "| --- " * (1 + 3 * len(splits)) + "|"]
@@ -471,11 +417,17 @@ def seed_by_seed(a: list[dict], b: list[dict]) -> tuple[list, list] | None:
 
 def row_name(group: list[dict]) -> str:
     """The runs, and + Pi where a test-time denoiser repaired their outputs; a composed run is Pi(f(x)) by itself, so
-    there it is "f alone" that is said."""
+    there it is "f alone" that is said. A Pi of another noise than its dataset's (Table 5's) is named."""
     s = group[0]
+    noise = f" ({s['corruption']} Pi)" if s.get("own_noise") is False else ""
     if s["method"].startswith("composed"):
-        return group_label(group) + ("" if s["denoised"] else " f alone")
-    return group_label(group) + (" + Pi" if s["denoised"] else "")
+        return group_label(group) + ("" if s["denoised"] else " f alone") + noise
+    return group_label(group) + (" + Pi" if s["denoised"] else "") + noise
+
+
+def split_name(s: dict) -> str:
+    """test, or test* for the authors' own programs (make_sanstype.py --released)."""
+    return s["split"] + "*" * s.get("authors_split", False)
 
 
 CURVE_COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14), (140, 86, 75),
@@ -529,9 +481,9 @@ def main(argv=None):
     parser.add_argument("--denoiser", help="apply this denoiser to the predictions: Pi(f(x)) (composed models "
                         "apply their own unless given another, or none); with --predictions, to the file's programs")
     parser.add_argument("--splits", help="default: test,ood (SansType), testw,testp (SPoC)")
-    parser.add_argument("--table", nargs="+", metavar="RUN_DIR", help="print the results found in these folders")
-    parser.add_argument("--markdown", action="store_true", help="with --table: the README's layout, splits side by "
-                        "side, in Markdown")
+    parser.add_argument("--table", nargs="+", metavar="RUN_DIR", help="print the results found in these folders, "
+                        "in Markdown, the paper's beside them (+ Pi: with a test-time denoiser; f alone: a composed "
+                        "run's f without its Pi; test*: the authors' own programs, make_sanstype.py --released)")
     parser.add_argument("--curves", nargs="+", metavar="RUN_DIR", help="draw these runs' validation loss by epoch "
                         "into --png")
     parser.add_argument("--png", default="runs/curves.png", help="with --curves: the PNG to write")
@@ -546,9 +498,8 @@ def main(argv=None):
         parser.error("give one of: a model checkpoint, --table RUN_DIR..., --predictions FILE, --curves RUN_DIR...")
     mode = "--table" if args.table else "--predictions" if args.predictions else "--curves" if args.curves else \
         "a model"
-    for name in {"--table": ("denoiser", "splits", "split", "json", "device"), "--predictions": ("splits", "markdown"),
-                 "--curves": ("denoiser", "splits", "split", "json", "device", "markdown"),
-                 "a model": ("split", "json", "markdown")}[mode]:
+    for name in {"--table": ("denoiser", "splits", "split", "json", "device"), "--predictions": ("splits",),
+                 "--curves": ("denoiser", "splits", "split", "json", "device"), "a model": ("split", "json")}[mode]:
         if getattr(args, name) not in (None, False):
             parser.error(f"--{name} does not apply to {mode}")
     if args.curves:

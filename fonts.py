@@ -132,10 +132,7 @@ class DuplicateFilter:
 
 
 def cmd_render(args):
-    common.check_output_file(args.out)
-    if os.path.exists(args.out) and not args.overwrite:
-        raise common.UsageError(f"{args.out} holds rendered fonts: --overwrite replaces them (the runs trained on them "
-                                "will no longer match), --out names another file")
+    claim_output_file(args.out, args.overwrite, "rendered fonts")
     dirs = ([] if args.no_system_fonts else FONT_DIRS) + args.font_dir
     paths = find_font_files(dirs)
     if not paths:
@@ -236,13 +233,9 @@ CORRUPTIONS = {   # what the denoiser learns to undo: the paper's corruptions, a
 }
 
 
-def corrupt(image, kind, rng):
-    """One uint8 32x32 glyph -> its corrupted version."""
-    return np.asarray(CORRUPTIONS[kind](Image.fromarray(image), rng))
-
-
 def corrupt_batch(images, kind, rng):
-    return np.stack([corrupt(im, kind, rng) for im in images])
+    """uint8 32x32 glyphs -> their corrupted versions."""
+    return np.stack([np.asarray(CORRUPTIONS[kind](Image.fromarray(image), rng)) for image in images])
 
 
 # === The predictor: (font, character) -> image, a 7-layer MLP (Appendix) ===
@@ -290,11 +283,6 @@ def adam(params, lr):
     return torch.optim.Adam(params, lr=lr, betas=(0.5, 0.999))
 
 
-def freeze(model):
-    """Eval mode (no dropout) and no gradients for the weights: Pi stays bit-identical."""
-    return model.eval().requires_grad_(False)
-
-
 @torch.no_grad()
 def batched_mse(f, pi, fonts, chars, targets, batch=512):
     """Mean squared error per pixel of the predictor over a whole split."""
@@ -324,7 +312,7 @@ def build_denoiser(ckpt):
         pi.load_state_dict(ckpt["state_dict"])
     except RuntimeError:   # weights of a U-Net with other layers
         raise common.UsageError("a denoiser from an older fonts.py, whose U-Net differs: train it again")
-    return freeze(pi)
+    return pi.eval().requires_grad_(False)  # no dropout, no gradients: Pi stays bit-identical
 
 
 def build_predictor(ckpt):
@@ -431,18 +419,16 @@ def cmd_train(args):
         pi = build_denoiser(pi_ckpt).to(device)
     print(f"{args.method}: {len(split['labeled'])} fonts, {len(data['train'][2])} train / "
           f"{len(data['val'][2])} val examples; L2 grid {args.l2}; on {common.device_name(device)}")
-    results, best = {}, (math.inf, None, None)
+    trained = {}
     for l2 in args.l2:   # tune the L2 strength on the validation set
-        val, model = train_predictor(args, len(split["labeled"]), data, pi, l2, device)
-        results[l2] = val
-        print(f"l2 {l2:g}: best val MSE {val:.4f}")
-        if val < best[0]:
-            best = (val, l2, model)
-    val, l2, model = best
+        trained[l2] = train_predictor(args, len(split["labeled"]), data, pi, l2, device)
+        print(f"l2 {l2:g}: best val MSE {trained[l2][0]:.4f}")
+    l2 = min(trained, key=lambda k: trained[k][0])
+    val, model = trained[l2]
     print(f"chose l2 {l2:g} (val MSE {val:.4f})")
     common.save_checkpoint(args.out, dict(kind="predictor", method=args.method, **model,
-                                          denoiser=pi_ckpt, l2=l2, val_mse=val,
-                                          val_by_l2={str(k): v for k, v in results.items()}, split=split_args(args),
+                                          denoiser=pi_ckpt, l2=l2, val_mse=val, split=split_args(args),
+                                          val_by_l2={str(k): v for k, (v, _) in trained.items()},
                                           labeled_names=[names[i] for i in split["labeled"]], args=vars(args)))
     print(f"wrote {args.out}")
 
@@ -522,11 +508,11 @@ def print_seed_summary(rows):
               f"{n_train} | {len(g)} | {m:.4f} ± {sd:.4f} | {after} | {paired} |")
 
 
-def claim_output_file(path: str, overwrite: bool):
-    """A run's checkpoint is replaced only by a run told it may (--overwrite)."""
+def claim_output_file(path: str, overwrite: bool, holds: str = "a finished run"):
+    """A run's checkpoint (or the rendered fonts) is replaced only by a run told it may (--overwrite)."""
     common.check_output_file(path)
     if os.path.exists(path) and not overwrite:
-        raise common.UsageError(f"{path} holds a finished run: --overwrite replaces it")
+        raise common.UsageError(f"{path} holds {holds}: --overwrite replaces it")
 
 
 def cmd_evaluate(args):

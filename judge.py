@@ -160,7 +160,7 @@ def run_programs(programs: list[str], stdins: list[str], progress: Callable[[], 
         builds = _build_unit(unit, workdir)
         for program in unit:
             for stdin in inputs_of[program]:
-                rundir = _fresh_dir(workdir)
+                rundir = tempfile.mkdtemp(dir=workdir)
                 results[program, stdin] = _run(builds[program], stdin, rundir)
                 shutil.rmtree(rundir)
                 if progress:
@@ -195,10 +195,6 @@ def _split_evenly(items: list, jobs: int) -> list[list]:
     n_chunks = -(-len(items) // BATCH_SIZE)
     n_chunks = -(-n_chunks // jobs) * jobs
     return [chunk for chunk in (items[i::n_chunks] for i in range(n_chunks)) if chunk]
-
-
-def _fresh_dir(parent: str) -> str:
-    return tempfile.mkdtemp(dir=parent)
 
 
 # --- which programs may share a translation unit -----------------------------------------
@@ -260,7 +256,8 @@ def _build_unit(unit: list[str], workdir: str, recipe: _Recipe = SANSTYPE) -> di
     builds, pending = {}, list(unit)
     while pending:
         source, spans = _shared_source(pending, recipe)
-        binary, errors = _compile(source, _fresh_dir(workdir), COMPILE_SECONDS + 0.2 * len(pending), recipe.gxx)
+        binary, errors = _compile(source, tempfile.mkdtemp(dir=workdir), COMPILE_SECONDS + 0.2 * len(pending),
+                                  recipe.gxx)
         if binary:
             builds.update({p: _Build(binary, [str(slot)]) for slot, p in enumerate(pending)})
             break
@@ -270,7 +267,7 @@ def _build_unit(unit: list[str], workdir: str, recipe: _Recipe = SANSTYPE) -> di
                 if start <= line < end:
                     first_error.setdefault(slot, f"line {line - start + 1}: {message}")
         if not first_error:
-            builds.update({p: _build_alone(p, _fresh_dir(workdir), recipe) for p in pending})
+            builds.update({p: _build_alone(p, tempfile.mkdtemp(dir=workdir), recipe) for p in pending})
             break
         builds.update({pending[slot]: _Build(None, [], error) for slot, error in first_error.items()})
         pending = [p for slot, p in enumerate(pending) if slot not in first_error]
@@ -459,7 +456,7 @@ def _judge_on_cases(build: _Build, cases: list[tuple[str, str]], workdir: str) -
     if build.binary is None:
         return {"verdict": "compile_error", "error": build.error}
     for case, (stdin, expected) in enumerate(cases):
-        result = _run(build, stdin, _fresh_dir(workdir))
+        result = _run(build, stdin, tempfile.mkdtemp(dir=workdir))
         if result.status != "ok":
             return {"verdict": result.status, "case": case, "error": result.error}
         if result.stdout.split() != expected.split():

@@ -130,9 +130,8 @@ def make_molecules(args):
     print("names: " + ", ".join(f"{split} {len(pairs)}" for split, pairs in splits.items()) +
           f"; unlabeled SMILES {len(unlabeled)}")
 
-    spm_model, pieces = common.train_tokenizer([name for _, name in splits["train"]] +
-                                               [smiles for smiles, _ in splits["train"]] + unlabeled, args.vocab_size)
-    print(f"trained a {pieces}-piece sentencepiece BPE tokenizer")
+    spm_model = common.train_tokenizer([name for _, name in splits["train"]] +
+                                       [smiles for smiles, _ in splits["train"]] + unlabeled, args.vocab_size)
     noise = measure_noise(unlabeled[:2000], args.seed)
     print(f"the denoiser's SMILES noise on {min(2000, len(unlabeled))} unlabeled molecules: "
           + ", ".join(f"{100 * share:.1f}% {kind.replace('_', ' ')}" for kind, share in noise.items()))

@@ -4,7 +4,6 @@
     python make_sanstype.py --out /tmp/tiny --labeled 30 --unlabeled 100 --num-eval 20 --vocab-size 200
     python make_sanstype.py --judge-unlabeled   # also prove all 20000 unlabeled programs compile (+5 min)
     python make_sanstype.py --released tests/fixtures/released --out data/released   # the authors' train and val
-    python make_sanstype.py --describe data/sanstype/train tests/fixtures/released/train   # compare statistics
 
 A program (random_program) is built in three phases, as the authors' released generator builds it:
   1. 1-3 variables (int, string or bool; var_0..var_9), each set to a value or read from stdin;
@@ -36,7 +35,6 @@ programs then avoid every program they hold; dataset.json names the splits that 
 """
 import os
 import random
-import re
 import shutil
 import sys
 
@@ -224,8 +222,6 @@ SPLITS, FILES = ("train", "val", "test", "ood"), ("src", "tgt", "inp", "out")
 def read_released(folder: str) -> dict:
     """The splits whose files `folder` holds (the authors' release: {train,val,test,ood}.{src,tgt,inp,out}), as
     {split: {extension: lines}}. A split found must have all four files, with one line per program in each."""
-    if not os.path.isdir(folder):
-        raise common.UsageError(f"--released {folder} is not a folder")
     found = {}
     for split in SPLITS:
         present = [ext for ext in FILES if os.path.isfile(os.path.join(folder, f"{split}.{ext}"))]
@@ -241,94 +237,6 @@ def read_released(folder: str) -> dict:
     if not found:
         raise common.UsageError(f"--released {folder} holds no split files ({', '.join(s + '.src' for s in SPLITS)})")
     return found
-
-
-# ----------------------------------------------------------------------------------------------------
-# Fidelity: statistics of a split's files, to compare ours with the released ones (--describe).
-# ----------------------------------------------------------------------------------------------------
-VALUE = r'"str_\d"|\b\d+\b|\btrue\b|\bfalse\b'  # a literal; (the 0 of var_0 is no word of its own)
-
-
-def statement_parts(src):
-    """Each pseudocode statement of a line as a list of parts: an if-swap is its condition, its block's
-    declarations and its swap ('if V is true,', 'TAB set V to X', ..., 'swap the values of V and W')."""
-    for statement in src.split(" $ "):
-        statement = statement.strip().rstrip(";").strip()
-        if statement.startswith("if "):
-            condition, rest = statement.split(",", 1)
-            yield [condition + ","] + [part.strip() for part in rest.split(";")]
-        elif statement:
-            yield [statement]
-
-
-def pseudocode_templates(src):
-    """The template of every statement part of a pseudocode line: variables -> V, values -> X, min/max -> F."""
-    return [re.sub(r"\b(min|max)\b", "F", re.sub(VALUE, "X", re.sub(r"var_\d", "V", part)))
-            for parts in statement_parts(src) for part in parts]
-
-
-def undetermined_variables(src):
-    """The outer variables of a pseudocode line whose type nothing in the pseudocode determines.
-
-    A value gives its variable's type away (`set V to 5`, `add "str_1" to the end of V`), and so do a
-    condition (bool) and min/max (int); a swap of two variables ties their types together. A block's
-    variables are declared and swapped inside it (`TAB set V to X`): they say nothing of the outer ones.
-    """
-    variables, known, ties = set(), set(), []
-    for parts in statement_parts(src):
-        if any(part.startswith("TAB ") for part in parts):
-            parts = parts[:1]
-        for part in parts:
-            names = set(re.findall(r"var_\d", part))
-            variables |= names
-            if part.startswith("if ") or re.search(VALUE + r"|\b(min|max)\b", part):
-                known |= names
-            elif len(names) == 2:  # a swap
-                ties.append(names)
-    for _ in ties:  # enough rounds for a type to pass along any chain of swaps
-        for names in ties:
-            if names & known:
-                known |= names
-    return sorted(variables - known)
-
-
-def describe(src, tgt, inp):
-    """Statistics of one split's lines, those the released files are compared on (README, tests)."""
-    n = len(tgt)
-    code = [line.split(" $ ")[1:-1] for line in tgt]
-    return {
-        "programs with a variable of undetermined type": sum(bool(undetermined_variables(s)) for s in src) / n,
-        "operations per program": sum(not re.match(r"(int|string|bool) |cin |cout ", s)
-                                      for statements in code for s in statements) / n,
-        "variables declared outside blocks": sum(bool(re.match(r"(int|string|bool) ", s))
-                                                 for statements in code for s in statements) / n,
-        "code tokens per program": sum(len(line.split(" ")) for line in tgt) / n,
-        "programs with an if-block": sum("if (" in line for line in tgt) / n,
-        "programs that read stdin": sum(bool(line) for line in inp) / n,
-        "pseudocode templates": len({t for s in src for t in pseudocode_templates(s)}),
-    }
-
-
-def unseen_template_share(train_src, src):
-    """The share of a split's pseudocode template parts (counting every occurrence) never seen in train."""
-    seen = {t for s in train_src for t in pseudocode_templates(s)}
-    parts = [t for s in src for t in pseudocode_templates(s)]
-    return sum(t not in seen for t in parts) / len(parts)
-
-
-def print_description(prefixes):
-    """--describe: one column of statistics per split, given as path prefixes (data/sanstype/train)."""
-    columns = {}
-    for prefix in prefixes:
-        src, tgt, inp = (common.read_lines(f"{prefix}.{ext}") for ext in ("src", "tgt", "inp"))
-        train_src = common.read_lines(os.path.join(os.path.dirname(prefix), "train.src"))
-        columns[prefix] = {**describe(src, tgt, inp),
-                           "template parts not seen in train": unseen_template_share(train_src, src)}
-    print("| | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns))
-    for row in next(iter(columns.values())):
-        cells = [str(c[row]) if isinstance(c[row], int) else f"{c[row]:.0%}" if c[row] < 1 else f"{c[row]:.1f}"
-                 for c in columns.values()]
-        print(f"| {row} | " + " | ".join(cells) + " |")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -362,8 +270,6 @@ def parse_args(argv):
     parser.add_argument("--vocab-size", type=int, default=600, help="joined sentencepiece BPE vocabulary")
     parser.add_argument("--judge-unlabeled", action="store_true",
                         help="also compile and run the unlabeled programs (slow; the generator is tested)")
-    parser.add_argument("--describe", nargs="+", metavar="PREFIX",
-                        help="only print statistics of existing splits (e.g. data/sanstype/train) and exit")
     args = parser.parse_args(argv)
     common.check_ranges(parser, args, at_least_1="labeled unlabeled num_eval vocab_size")
     return args
@@ -371,8 +277,6 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.describe:
-        return common.run_main("make_sanstype.py", print_description, args.describe)
     common.run_main("make_sanstype.py", make_sanstype, args)
 
 
@@ -398,9 +302,8 @@ def make_sanstype(args):
 
     # The tokenizer sees what training may use: train pseudocode and all training code (never eval data).
     # Trained before the slow judging so that a bad --vocab-size fails fast.
-    spm_model, pieces = common.train_tokenizer(splits["train"][0] + splits["train"][1] + splits["unlabeled"][1],
-                                               args.vocab_size)
-    print(f"trained a {pieces}-piece sentencepiece BPE tokenizer")
+    spm_model = common.train_tokenizer(splits["train"][0] + splits["train"][1] + splits["unlabeled"][1],
+                                       args.vocab_size)
 
     outputs = run_gold_programs(splits, generated + (["unlabeled"] if args.judge_unlabeled else []))
 

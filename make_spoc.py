@@ -96,8 +96,7 @@ def split_file(args, split: str) -> str:
 
 def read_programs(path: str) -> list[dict]:
     """The programs of a SPoC TSV: {probid, subid, workerid, src, tgt}. A program starts where `line` is 0."""
-    with open(path, encoding="utf-8") as f:
-        rows = [line.rstrip("\n").split("\t") for line in f]
+    rows = [line.split("\t") for line in common.read_lines(path)]
     if not rows or rows[0] != TSV_HEADER:
         raise common.UsageError(f"{path}: not a SPoC TSV file (its first line must be the header "
                                 f"{' '.join(TSV_HEADER)})")
@@ -166,8 +165,6 @@ def make_spoc(args):
                       if p["probid"] not in cases})
     unlabeled = []
     if args.unlabeled:  # code without pseudocode, for the denoiser: the same filter as train
-        if not os.path.isfile(args.unlabeled):
-            raise common.UsageError(f"missing file: {args.unlabeled} (--unlabeled)")
         unlabeled = [p["tgt"] for p in read_programs(args.unlabeled) if len(p["tgt"]) <= args.max_chars]
         print(f"unlabeled: {len(unlabeled)} programs with at most {args.max_chars} characters of code")
 
@@ -178,11 +175,10 @@ def make_spoc(args):
         common.write_lines(os.path.join(args.out, "unlabeled.tgt"), unlabeled)
     if "train" in data:
         train = data["train"]
-        spm, size = common.train_tokenizer([p["src"] for p in train] + [p["tgt"] for p in train] + unlabeled,
-                                    args.vocab_size)
+        spm = common.train_tokenizer([p["src"] for p in train] + [p["tgt"] for p in train] + unlabeled,
+                              args.vocab_size)
         with open(os.path.join(args.out, "spm.model"), "wb") as f:
             f.write(spm)
-        print(f"trained a {size}-piece sentencepiece BPE tokenizer")
     common.write_manifest(args.out, "spoc", splits=splits)
     print(f"wrote {args.out}/{{{','.join(splits)}}}.{{src,tgt,ids,cases.jsonl}}" + (", spm.model" if "train" in
                                                                                    data else "") + ", dataset.json")

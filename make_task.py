@@ -113,11 +113,6 @@ def parse_args(argv):
         parser.error(f"{example} makes its own unlabeled outputs, ood split and judge")
     if args.splits and args.ood:
         parser.error("--splits takes its ood split from DIR/ood.{src,tgt}")
-    given = [f"{args.splits}/{split}.{side}" for split in ("train", "val", "test") for side in ("src", "tgt")
-             ] if args.splits else []
-    for path in given + (args.pairs or []) + (args.ood or []) + [args.unlabeled] * bool(args.unlabeled):
-        if not os.path.isfile(path):
-            parser.error(f"missing file: {path}")
     return args
 
 
@@ -154,9 +149,8 @@ def make_task(args):
                 raise common.UsageError(str(error)) from None
         print(f"the validity command passes {100 * facts['gold_valid']:.1f}% of the {len(gold)} gold outputs")
     train = splits["train"]
-    spm_model, pieces = common.train_tokenizer([x for x, _ in train] + [y for _, y in train] + unlabeled,
-                                               args.vocab_size, split_digits=True)
-    print(f"trained a {pieces}-piece sentencepiece BPE tokenizer")
+    spm_model = common.train_tokenizer([x for x, _ in train] + [y for _, y in train] + unlabeled,
+                                       args.vocab_size, split_digits=True)
     # Texts as the tokenizer gives them back (runs of spaces made one, Unicode in its NFKC form): what a model can
     # output, so that a right output can equal the gold one exactly.
     tokenizer = common.load_tokenizer(spm_model)

@@ -1,12 +1,5 @@
-"""What the training and evaluation stages use of SPoC (Section 6.2, Appendix E), beside SansType's pieces:
-
-    corrupt_one_line(code, rng)          the denoiser's noise: one edited line (train_denoiser.py --corruption line)
-    read_cases(data_dir, split)          each program's hidden test cases, for judge.judge_spoc_programs
-    error_detector(checkpoint)           the denoiser's g (Appendix E): judge.compiles, or None (SansType);
-                                         common.composed_loss takes it as error_free, Pi = (g, nu)
-
-make_spoc.py writes the data these read (a data folder's dataset.json says "spoc").
-"""
+"""What the training and evaluation stages use of SPoC (Section 6.2, Appendix E) beside SansType's pieces: the
+denoiser's noise, each program's hidden test cases and the error detector g, from the data make_spoc.py writes."""
 import itertools
 import json
 import os
@@ -16,11 +9,7 @@ from collections.abc import Callable
 import common
 import judge
 
-# ----------------------------------------------------------------------------------------------------
-# The denoiser's noise, after Yasunaga & Liang (2020): random syntactic and semantic edits of one line, an
-# insertion, deletion or replacement of a keyword, an identifier or a symbol; 3 of every 4 training programs
-# get one such line, the rest stay as they are. Literals, indentation (`~`) and preprocessor lines stay.
-# ----------------------------------------------------------------------------------------------------
+# The denoiser's noise, after Yasunaga & Liang (2020); literals, indentation (`~`) and preprocessor lines stay.
 CPP_KEYWORDS = ("int", "long", "double", "float", "char", "bool", "string", "void", "const", "unsigned", "auto",
                 "if", "else", "for", "while", "do", "return", "break", "continue", "struct")
 CPP_SYMBOLS = (";", ",", "(", ")", "{", "}", "[", "]", "=", "==", "!=", "<", ">", "<=", ">=", "<<", ">>", "+",
@@ -92,7 +81,3 @@ def read_cases(data_dir: str, split: str) -> list[list[tuple[str, str]]]:
 def error_detector(checkpoint: dict) -> Callable | None:
     """The error detector g a denoiser's checkpoint names (train_denoiser.py --error-detector), or None."""
     return judge.compiles if checkpoint.get("error_detector") == "compile" else None
-
-
-if __name__ == "__main__":  # a module, not a stage: running it shows what it holds
-    print(__doc__)

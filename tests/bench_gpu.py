@@ -210,7 +210,7 @@ def table2(args, deadline: Deadline) -> dict:
     else:
         figures["table2_block_s"] = total
         log = open(os.path.join(args.work, "table2_seeds.log")).read()
-        print(log[log.rindex("\nrun ") + 1:].strip(), flush=True)  # the table, after every evaluation's own lines
+        print(log[log.rindex("\n| runs ") + 1:].strip(), flush=True)  # the table, after every evaluation's lines
     for run_dir in sorted(os.listdir(os.path.join(args.work, "runs"))):
         history = run_history(os.path.join(args.work, "runs", run_dir))
         if history:

@@ -29,6 +29,5 @@ def test_the_gpu_bench_dry_runs_at_the_smoke_preset(tmp_path):
                 "eval_ood.json", "eval_ood.jsonl", "eval_ood_denoised.json", "eval_ood_denoised.jsonl",
                 "eval_test.json", "eval_test.jsonl", "eval_test_denoised.json", "eval_test_denoised.jsonl",
                 "last.pt", "model.pt"], (method, seed)
-    rows = [line for line in result.stdout.splitlines() if line.startswith("composed_0 ")]
-    assert len(rows) == 4  # with and without Pi, test and ood
-    assert "test  composed_0                     standard_0 + Pi                    1" in result.stdout  # paired
+    assert "| composed_0 (1 run) |" in result.stdout and "| composed_0 f alone (1 run) |" in result.stdout
+    assert "| composed_0 - (standard_0 + Pi), paired (1 run) |" in result.stdout

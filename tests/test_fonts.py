@@ -91,9 +91,9 @@ def test_corruptions(aileron):
     radii_differ = len({b.tobytes() for b in blur}) > 10        # radius ~ U[0, 2], fresh each call
     assert radii_differ and np.mean([(b.astype(int) - g).__abs__().mean() for b in blur]) > 2
     assert abs(blur.astype(float).mean() - g.mean()) < 3         # a blur moves ink, keeps its amount
-    emboss = fonts.corrupt(g, "emboss", rng)
+    emboss = fonts.corrupt_batch(g[None], "emboss", rng)[0]
     assert np.median(emboss) == 128 and emboss.min() < 100 and emboss.max() > 160
-    contrast = fonts.corrupt(g, "contrast", rng).astype(float)
+    contrast = fonts.corrupt_batch(g[None], "contrast", rng)[0].astype(float)
     assert contrast.std() == pytest.approx(g.std() / 2, rel=0.05)
 
 
@@ -149,7 +149,7 @@ def test_predictor_batch_norm_only_centres_so_a_fresh_model_is_near_constant():
 def test_composed_step_lowers_loss_and_leaves_denoiser_untouched():
     torch.manual_seed(0)
     f = fonts.GlyphMLP(n_fonts=4)
-    pi = fonts.freeze(UNet(width=4))
+    pi = UNet(width=4).eval().requires_grad_(False)
     before = {k: v.clone() for k, v in pi.state_dict().items()}
     font_ids, chars = torch.arange(8) % 4, torch.arange(8)
     targets = torch.rand(8, 1, 32, 32) * 2 - 1

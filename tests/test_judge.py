@@ -182,6 +182,6 @@ def test_evaluate_cli_bad_input_is_one_line_and_exit_2(tmp_path, case):
     result = run_evaluate("--predictions", str(predictions), "--data", str(tmp_path), "--split", "test")
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
-    assert {"missing": "missing predictions", "empty": "empty predictions", "counts": "line counts differ"}[case] \
+    assert {"missing": "missing file", "empty": "empty predictions", "counts": "line counts differ"}[case] \
         in result.stderr
     assert not os.path.exists(str(predictions) + ".verdicts.jsonl")

@@ -14,6 +14,7 @@ import pytest
 import common
 import judge
 import make_sanstype
+import sanstype_fidelity
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "fixtures", "released")
@@ -115,7 +116,7 @@ def test_pseudocode_never_names_a_type(dataset):
 
 
 def templates(lines):
-    return {t for line in lines for t in make_sanstype.pseudocode_templates(line)}
+    return {t for line in lines for t in sanstype_fidelity.pseudocode_templates(line)}
 
 
 # The reference's OOD templates (X a value, V a variable, F min or max), with those kept from training.
@@ -137,13 +138,14 @@ def test_the_templates_are_the_released_ones():
     ood = make_sanstype.make_split("ood", 500, 0, make_sanstype.OUT_OF_DISTRIBUTION)[0]
     assert templates(ood) == OOD_TEMPLATES
     train = make_sanstype.make_split("train", 1000, 0, make_sanstype.IN_DISTRIBUTION)[0]
-    assert 0.5 < make_sanstype.unseen_template_share(train, ood) < 0.7  # the released ood: about 60%
+    assert 0.5 < sanstype_fidelity.unseen_template_share(train, ood) < 0.7  # the released ood: about 60%
 
 
 def test_the_programs_are_distributed_as_the_released_ones():
-    released = make_sanstype.describe(*(read_lines(os.path.join(DATA, f"train.{e}")) for e in ("src", "tgt", "inp")))
+    released = sanstype_fidelity.describe(*(read_lines(os.path.join(DATA, f"train.{e}")) for e in ("src", "tgt",
+                                                                                                   "inp")))
     for split, templates_ in (("train", make_sanstype.IN_DISTRIBUTION), ("ood", make_sanstype.OUT_OF_DISTRIBUTION)):
-        ours = make_sanstype.describe(*make_sanstype.make_split(split, 2000, 0, templates_))
+        ours = sanstype_fidelity.describe(*make_sanstype.make_split(split, 2000, 0, templates_))
         for key in ("operations per program", "variables declared outside blocks", "code tokens per program"):
             assert abs(ours[key] / released[key] - 1) < 0.1, (split, key, ours[key], released[key])
         for key in ("programs with an if-block", "programs that read stdin"):
@@ -152,7 +154,7 @@ def test_the_programs_are_distributed_as_the_released_ones():
 
 def test_every_type_is_determined_by_the_pseudocode(dataset):
     """The checker on hand-made lines, then on the released data and on every split we generate."""
-    undetermined = make_sanstype.undetermined_variables
+    undetermined = sanstype_fidelity.undetermined_variables
     assert undetermined(" $ instantiate var_1;  $ read var_1 from stdin;  $ print var_1;  $ ") == ["var_1"]
     assert undetermined(" $ set var_1 to 5;  $ instantiate var_2;  $ read var_2 from stdin;  $ "
                         "if var_3 is true, swap the values of var_1 and var_2;  $ ") == []  # var_2 is var_1's type
@@ -230,15 +232,15 @@ def test_bad_flags_exit_2_with_one_error_line(flags, tmp_path, capsys):
 
 
 def test_describe_prints_the_statistics_of_existing_splits(capsys, tmp_path):
-    make_sanstype.main(["--describe", os.path.join(DATA, "train"), os.path.join(DATA, "val")])
+    sanstype_fidelity.print_description([os.path.join(DATA, "train"), os.path.join(DATA, "val")])
     table = capsys.readouterr().out.splitlines()
     assert len(table) == 10 and table[0].count("|") == 4
     assert "| programs with a variable of undetermined type | 0% | 0% |" in table
     assert "| pseudocode templates | 15 | 15 |" in table
     with pytest.raises(SystemExit) as stop:
-        make_sanstype.main(["--describe", str(tmp_path / "nothing")])
+        common.run_main("sanstype_fidelity.py", sanstype_fidelity.print_description, [str(tmp_path / "nothing")])
     assert stop.value.code == 2 and capsys.readouterr().err.strip() == \
-        f"make_sanstype.py: error: missing file: {tmp_path / 'nothing'}.src"
+        f"sanstype_fidelity.py: error: missing file: {tmp_path / 'nothing'}.src"
 
 
 def test_small_data_gets_a_smaller_vocabulary_with_a_message(tmp_path, capsys):
@@ -322,6 +324,5 @@ def test_the_chain_runs_on_the_authors_splits_and_the_table_marks_them(released_
         evaluate.main([str(tmp_path / run / "model.pt"), "--data", str(released_data), "--splits", "val,test"])
     capsys.readouterr()
     evaluate.main(["--table", str(tmp_path / "standard"), str(tmp_path / "composed")])
-    rows = [line.split() for line in capsys.readouterr().out.split("\n\n")[0].splitlines()[2:]]  # (then: paired)
-    assert sorted((row[0], row[6]) for row in rows) == [("composed", "test"), ("composed", "val*"),
-                                                        ("standard", "test"), ("standard", "val*")]
+    header = capsys.readouterr().out.splitlines()[0]  # the authors' val (val*) apart from our test
+    assert header.startswith("| runs (seeds) | test compiled | test accuracy | val* compiled | val* accuracy |")

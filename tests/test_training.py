@@ -190,9 +190,8 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
         result = script("evaluate.py", tmp_path / "model.pt", "--data", data, "--splits", "test", *extra)
         assert result.returncode == 0, result.stderr
         assert f"{tmp_path / 'model.pt'} on cpu" in result.stderr.splitlines()
-        header, legend, row = result.stdout.splitlines()  # the table's header and legend, then the row
-        assert header.split()[:2] == ["run", "method"] and legend.startswith("(Pi: ")
-        assert row.split()[:3] == [tmp_path.name, "standard", "smoke"] and row.split()[7] == "8"  # preset, programs
+        (line,) = result.stdout.splitlines()  # one line per split
+        assert line.startswith("test Pi(f(x)): n=8 " if extra else "test: n=8 ")
     for name in ("eval_test", "eval_test_denoised"):
         summary = json.load(open(tmp_path / f"{name}.json"))
         rows = [json.loads(line) for line in open(tmp_path / f"{name}.jsonl")]
@@ -210,28 +209,28 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
     colors = {color for _, color in Image.open(tmp_path / "curves.png").getcolors(10 ** 6)}
     assert set(evaluate.CURVE_COLORS[:2]) <= colors  # a line per run
     table = script("evaluate.py", "--table", tmp_path, unevaluated, denoiser[0].parent)  # (a denoiser needs none)
-    lines = table.stdout.strip().splitlines()  # only the table (`> table.txt`): its header, legend and two rows,
-    assert table.returncode == 0 and len(lines[:lines.index("")]) == 4  # then Pi's gain on the run, paired
-    assert lines[-1].split() == ["test", tmp_path.name, "+", "Pi", tmp_path.name, "1"] + lines[-1].split()[6:]
+    lines = table.stdout.strip().splitlines()  # only the table (`> table.txt`): its header, two rows,
+    assert table.returncode == 0 and len(lines) == 5  # then Pi's gain on the run, paired
+    assert lines[-1].startswith(f"| {tmp_path.name} + Pi - {tmp_path.name}, paired (1 run) | ")
     assert table.stderr.strip().endswith(f"not evaluated (no eval_*.json): {unevaluated}")
 
 
-def test_the_table_measures_relative_accuracy_against_the_first_standard_run(tmp_path, capsys):
-    """A sweep folder holds standard runs of other sizes: they must not become the reference. Rows are
-    named by the folder they were found in (a run folder may have been moved since it was evaluated)."""
-    def summary(folder, method, accuracy):
-        os.makedirs(tmp_path / folder, exist_ok=True)
-        row = {"method": method, "deep": False, "denoised": method == "composed", "corruption": "code", "layers": 4,
+def test_the_table_names_rows_by_their_folder_and_a_pi_of_another_noise(tmp_path, capsys):
+    """Rows are named by the folder they were found in (a run folder may have been moved since it was evaluated); a
+    run judged with Table 5's random-deletion Pi too is a row of its own, named so, beside the paper's numbers."""
+    def summary(name, denoised, accuracy, **noise):
+        os.makedirs(tmp_path / "runs/standard", exist_ok=True)
+        row = {"method": "standard", "deep": False, "denoised": denoised, "corruption": "code", "layers": 4,
                "own_noise": True, "paper_table": "Table 2", "split": "test", "n": 10, "compiled": 0.5,
-               "accuracy": accuracy, "model": "moved/model.pt"}
-        json.dump(row, open(tmp_path / folder / "eval_test.json", "w"))
-    summary("runs/standard", "standard", 0.20)
-    summary("runs/composed", "composed", 0.30)
-    summary("sweep/standard_small", "standard", 0.10)
-    evaluate.main(["--table", str(tmp_path / "runs/standard"), str(tmp_path / "runs/composed"),
-                   str(tmp_path / "sweep/standard_small")])
-    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
-    assert rows["composed"][11] == "50.0" and rows["standard"][11] == "0.0" and rows["standard_small"][11] == "-50.0"
+               "accuracy": accuracy, "model": "moved/model.pt", **noise}
+        json.dump(row, open(tmp_path / "runs/standard" / f"{name}.json", "w"))
+    summary("eval_test", False, 0.2)
+    summary("eval_test_denoised", True, 0.3)
+    summary("eval_test_denoised_random", True, 0.4, corruption="random", own_noise=False, paper_table="Table 5")
+    evaluate.main(["--table", str(tmp_path / "runs/standard")])
+    assert capsys.readouterr().out.splitlines()[2:5] == ["| standard (1 run) | 50.0 | 20.0 | 86.8 / 79.8 |",
+                                                         "| standard + Pi (1 run) | 50.0 | 30.0 | 87.3 / 80.4 |",
+                                                         "| standard + Pi (random Pi) (1 run) | 50.0 | 40.0 |  |"]
 
 
 def test_the_table_aggregates_seeds_and_pairs_them(tmp_path, capsys):
@@ -255,40 +254,35 @@ def test_the_table_aggregates_seeds_and_pairs_them(tmp_path, capsys):
     json.dump({**row, "accuracy": 0.492, "seed": 0, "settings": {**settings, "composed_weight": 0.0}},
               open(tmp_path / "control_0" / "eval_test.json", "w"))
     evaluate.main(["--table", *sorted(str(p) for p in tmp_path.iterdir())])
-    table, paired = capsys.readouterr().out.split("\n\npaired")
-    rows = {" ".join(line.split()[:2]): line for line in table.splitlines()[2:]}
-    assert rows["baseline_{0,1,2} baseline"].split()[8:15] == ["3", "51.0", "±", "1.0", "36.6", "±", "4.2"]
-    assert rows["composed_{0,1,2} composed"].split()[8:12] == ["3", "51.0", "±", "1.0"]
-    assert rows["control_0 composed"].split()[8:11] == ["1", "52.0", "49.2"]
-    assert [line.split() for line in paired.splitlines()[2:]] == [line.split() for line in [
-        "test standard_{0,1,2}         baseline_{0,1,2}         3  +0.0 ± 0.0  +10.9 ± 5.3",
-        "test standard_{0,1,2} + Pi    standard_{0,1,2}         3  +0.0 ± 0.0   -0.1 ± 0.6",
-        "test composed_{0,1,2}         standard_{0,1,2}         3  +0.0 ± 0.0   +1.5 ± 1.3",
-        "test composed_{0,1,2}         standard_{0,1,2} + Pi    3  +0.0 ± 0.0   +1.6 ± 1.4",
-        "test control_0                standard_{0,1,2}         1  +2.0         +0.8",
-        "test control_0                standard_{0,1,2} + Pi    1  +2.0         +1.2"]]  # (Table 2's paired rows)
-    evaluate.main(["--table", *sorted(str(p) for p in tmp_path.iterdir()), "--markdown"])  # the README's layout
-    markdown = capsys.readouterr().out.splitlines()
-    assert markdown[0] == "| runs (seeds) | test compiled | test accuracy | paper: test compiled / accuracy |"
-    assert "| baseline_{0,1,2} (3 seeds) | 51.0 ± 1.0 | 36.6 ± 4.2 | 48.6 / 36.6 |" in markdown
-    assert "| control_0 (1 run) | 52.0 | 49.2 |  |" in markdown  # (the control is not the paper's composed)
-    assert "| composed_{0,1,2} - (standard_{0,1,2} + Pi), paired (3 seeds) | +0.0 ± 0.0 | +1.6 ± 1.4 | +3.1 / +4.0 " \
-        "|" in markdown
+    assert capsys.readouterr().out.splitlines() == [
+        "| runs (seeds) | test compiled | test accuracy | paper: test compiled / accuracy |",
+        "| --- | --- | --- | --- |",
+        "| baseline_{0,1,2} (3 seeds) | 51.0 ± 1.0 | 36.6 ± 4.2 | 48.6 / 36.6 |",
+        "| standard_{0,1,2} (3 seeds) | 51.0 ± 1.0 | 47.5 ± 1.2 | 86.8 / 79.8 |",
+        "| standard_{0,1,2} + Pi (3 seeds) | 51.0 ± 1.0 | 47.4 ± 0.6 | 87.3 / 80.4 |",
+        "| composed_{0,1,2} (3 seeds) | 51.0 ± 1.0 | 49.0 ± 1.4 | 90.4 / 84.4 |",
+        "| control_0 (1 run) | 52.0 | 49.2 |  |",  # (the control is not the paper's composed)
+        "| standard_{0,1,2} - baseline_{0,1,2}, paired (3 seeds) | +0.0 ± 0.0 | +10.9 ± 5.3 | +38.2 / +43.2 |",
+        "| standard_{0,1,2} + Pi - standard_{0,1,2}, paired (3 seeds) | +0.0 ± 0.0 | -0.1 ± 0.6 | +0.5 / +0.6 |",
+        "| composed_{0,1,2} - standard_{0,1,2}, paired (3 seeds) | +0.0 ± 0.0 | +1.5 ± 1.3 | +3.6 / +4.6 |",
+        "| composed_{0,1,2} - (standard_{0,1,2} + Pi), paired (3 seeds) | +0.0 ± 0.0 | +1.6 ± 1.4 | +3.1 / +4.0 |",
+        "| control_0 - standard_{0,1,2}, paired (1 run) | +2.0 | +0.8 |  |",  # seed 0 alone
+        "| control_0 - (standard_{0,1,2} + Pi), paired (1 run) | +2.0 | +1.2 |  |"]  # (Table 2's paired rows)
 
 
 def test_the_table_aggregates_the_seeds_of_pi_and_pairs_runs_from_the_same_pi(tmp_path, capsys):
     """Runs from Pis that differ only by their seed are one row too, said to be over Pi seeds; where a method's runs
-    vary in both seeds, it shows both spreads (over Pi seeds at seed 0, over seeds from Pi 0); composed pairs with the
-    standard run from its own Pi."""
-    test_accuracy = {("standard", 0, 0): 40, ("standard", 1, 0): 44, ("standard", 2, 0): 48, ("standard", 0, 1): 41,
-                     ("standard", 0, 2): 39, ("composed", 0, 0): 43, ("composed", 1, 0): 44, ("composed", 2, 0): 50,
-                     ("composed", 0, 1): 42, ("composed", 0, 2): 45}  # (method, Pi's seed, seed): %
+    vary in both seeds, it shows both spreads (over Pi seeds at the seed most Pis have, over the seeds of the Pi that
+    has most: here Pi 1, as in the README); composed pairs with the standard run from its own Pi."""
+    test_accuracy = {("standard", 0, 0): 40, ("standard", 1, 0): 44, ("standard", 2, 0): 48, ("standard", 1, 1): 41,
+                     ("standard", 1, 2): 39, ("composed", 0, 0): 43, ("composed", 1, 0): 44, ("composed", 2, 0): 50,
+                     ("composed", 1, 1): 42, ("composed", 1, 2): 45}  # (method, Pi's seed, seed): %
     def evaluation(folder, name, **row):
         os.makedirs(folder, exist_ok=True)
         json.dump({"deep": False, "corruption": "code", "own_noise": True, "paper_table": "Table 2", "layers": "2+2",
                    "split": "test", "n": 500, "compiled": 0.5, "pi": {"epochs": 25}, **row}, open(folder / name, "w"))
     for (method, pi_seed, seed), accuracy in test_accuracy.items():
-        folder = tmp_path / f"{method}_{seed if pi_seed == 0 else f'p{pi_seed}'}"
+        folder = tmp_path / f"{method}_pi{pi_seed}_{seed}"
         evaluation(folder, "eval_test_denoised.json", method=method, denoised=True, accuracy=accuracy / 100, seed=seed,
                    pi_seed=pi_seed, settings={"method": method, "preset": "cpu"})
         if method == "standard":  # and its f alone
@@ -297,17 +291,17 @@ def test_the_table_aggregates_the_seeds_of_pi_and_pairs_runs_from_the_same_pi(tm
     for seed in range(3):  # a baseline, which no Pi made, pairs with the runs of every Pi
         evaluation(tmp_path / f"baseline_{seed}", "eval_test.json", method="baseline", corruption=None, pi=None,
                    denoised=False, accuracy=0.3 + seed / 100, seed=seed, pi_seed=None, settings={"preset": "cpu"})
-    evaluate.main(["--table", *sorted(str(p) for p in tmp_path.iterdir()), "--markdown"])
+    evaluate.main(["--table", *sorted(str(p) for p in tmp_path.iterdir())])
     markdown = capsys.readouterr().out.splitlines()
-    for line in ["| standard_{0,p1,p2} + Pi (3 Pi seeds) | 50.0 ± 0.0 | 44.0 ± 4.0 | 87.3 / 80.4 |",
-                 "| standard_{0,1,2} + Pi (3 seeds) | 50.0 ± 0.0 | 40.0 ± 1.0 | 87.3 / 80.4 |",
-                 "| composed_{0,p1,p2} - (standard_{0,p1,p2} + Pi), paired (3 Pi seeds) | +0.0 ± 0.0 | +1.7 ± 1.5 | "
-                 "+3.1 / +4.0 |",
-                 "| composed_{0,1,2} - (standard_{0,1,2} + Pi), paired (3 seeds) | +0.0 ± 0.0 | +3.3 ± 2.5 | "
-                 "+3.1 / +4.0 |"]:
-        assert line in markdown, (line, markdown)
-    assert "| standard_{0,p1,p2} - baseline_{0,1,2}, paired (3 Pi seeds) | +0.0 ± 0.0 | +13.0 ± 4.0 | +38.2 / +43.2 |" \
-        in markdown, "\n".join(markdown)  # each standard run from Pi 0, 1, 2 at seed 0 against baseline_0
+    for line in ["| standard_{pi0_0,pi1_0,pi2_0} + Pi (3 Pi seeds) | 50.0 ± 0.0 | 44.0 ± 4.0 | 87.3 / 80.4 |",
+                 "| standard_pi1_{0,1,2} + Pi (3 seeds) | 50.0 ± 0.0 | 41.3 ± 2.5 | 87.3 / 80.4 |",
+                 "| composed_{pi0_0,pi1_0,pi2_0} - (standard_{pi0_0,pi1_0,pi2_0} + Pi), paired (3 Pi seeds) | +0.0 ± 0.0 "
+                 "| +1.7 ± 1.5 | +3.1 / +4.0 |",
+                 "| composed_pi1_{0,1,2} - (standard_pi1_{0,1,2} + Pi), paired (3 seeds) | +0.0 ± 0.0 | +2.3 ± 3.2 | "
+                 "+3.1 / +4.0 |",  # each standard run from Pi 0, 1, 2 at seed 0 against baseline_0:
+                 "| standard_{pi0_0,pi1_0,pi2_0} - baseline_{0,1,2}, paired (3 Pi seeds) | +0.0 ± 0.0 | +13.0 ± 4.0 | "
+                 "+38.2 / +43.2 |"]:
+        assert line in markdown, (line, "\n".join(markdown))
     assert sum(" paired " in line for line in markdown) == 8  # four pairings in two spreads, none across them
 
 
@@ -368,9 +362,9 @@ def test_a_corruption_registered_once_reaches_the_help_and_the_table(data, tmp_p
     assert {"eval_test.json", "eval_test_denoised_reverse.json"} <= set(os.listdir(tmp_path / "baseline"))
     capsys.readouterr()
     evaluate.main(["--table", str(tmp_path / "baseline")])
-    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("baseline ")]
-    assert [(row[3], row[5]) for row in rows if row[6] == "test"] == [("-", "N"), ("reverse", "Y")]
-    assert [row[-3:] for row in rows if row[6] == "test"] == [["48.6", "36.6", "-54.1"], ["-", "-", "-"]]
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:4]]  # test and ood side by side
+    assert [(row[0], row[-2:]) for row in rows] == [("| baseline (1 run)", ["48.6 / 36.6", "37.2 / 14.2 |"]),
+                                                    ("| baseline + Pi (reverse Pi) (1 run)", ["", " |"])]
 
 
 def test_composed_model_is_evaluated_through_its_denoiser(data, denoiser, tmp_path):
