@@ -92,6 +92,7 @@ def default_splits(data: str) -> str:
 
 def check_splits(data: str, splits: str, flag: str) -> list[str]:
     """The splits a comma-separated list names, each checked before any work: one the data folder lacks is one line."""
+    common.read_manifest(data)  # first, that --data is a data folder
     have = sorted({name.rsplit(".", 1)[0] for name in os.listdir(data) if name.endswith((".src", ".inp", ".ids"))})
     missing = [split for split in splits.split(",") if split not in have]
     if missing:

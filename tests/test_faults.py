@@ -128,6 +128,8 @@ def fault_table(w):
         ("evaluate.py", [f, *data, "--device", "tpu"], "this machine has cpu"),
         ("evaluate.py", [f, *data, "--splits", "test,nonsense"], "has no nonsense split (it has ood, test, train, val)"),
         ("evaluate.py", ["--predictions", f"{w}/junk.pt", *data, "--split", "tset"], "has no tset split"),
+        ("evaluate.py", ["--predictions", f"{w}/junk.pt", "--data", f"{w}/junk.pt"], "is a file: name the data folder"),
+        ("evaluate.py", ["--predictions", f"{w}/junk.pt", "--data", f"{w}/nowhere"], "missing"),
         ("evaluate.py", [], "give one of"),
         ("fonts.py", ["train", "--method", "direct", "--epochs", "0"], "--epochs 0"),
         ("fonts.py", ["denoiser", "--out", f"{under_a_file}.pt"], "cannot write there"),
