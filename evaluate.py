@@ -288,7 +288,7 @@ def by_seed(summaries: list[dict]) -> list[list[dict]]:
     """Runs that differ only by seed, theirs or their Pi's (the same method, settings, split, kind of Pi, ...),
     together, in the order of their seeds. An evaluation made before evaluate.py recorded seeds stays alone; one made
     before it recorded Pi's settings is told apart by Pi's path. A group whose runs vary in both seeds becomes two: over
-    Pi's seeds at the seed most Pis have, and over the seeds of the Pi that has most (spread_of says which)."""
+    Pi's seeds at the seed most Pis have, and over each Pi's seeds where it has several (spread_of says which)."""
     groups = {}
     for s in summaries:
         key = tuple(str(s.get(name)) for name in ("dataset", "method", "layers", "deep", "preset", "corruption",
@@ -300,10 +300,12 @@ def by_seed(summaries: list[dict]) -> list[list[dict]]:
     for group in groups.values():
         group = sorted(group, key=seeds_of)
         if len({s.get("pi_seed") for s in group}) > 1 and len({s.get("seed") for s in group}) > 1:
-            seed, pi = (max(sorted(set(values), key=str), key=values.count)  # the seed most Pis have, the Pi with most
-                        for values in ([s.get("seed") for s in group], [s.get("pi_seed") for s in group]))
-            split += [[{**s, "over": "Pi seeds"} for s in group if s.get("seed") == seed],
-                      [{**s, "over": "seeds"} for s in group if s.get("pi_seed") == pi]]
+            seeds = [s.get("seed") for s in group]
+            seed = max(sorted(set(seeds), key=str), key=seeds.count)  # the seed most Pis have
+            split.append([{**s, "over": "Pi seeds"} for s in group if s.get("seed") == seed])
+            for pi in sorted({s.get("pi_seed") for s in group}, key=str):  # and each Pi's seeds, where it has several
+                runs = [{**s, "over": "seeds"} for s in group if s.get("pi_seed") == pi]
+                split += [runs] * (len(runs) > 1)
         else:
             split.append(group)
     return split
