@@ -20,14 +20,21 @@ Its stages, each timed, in a scratch folder (--work; default a new temporary one
             split, a composed epoch with its validation
   compile   the steps of stage steps under torch.compile(dynamic=True) against eager ones, and the seconds the
             compilation took (last: it cannot be cut, so it runs only with 90 s of the budget left)
+  fidelity  the suspects for standard's gap to the paper, side by side (python tests/bench_gpu.py --stages
+            data,fidelity; --released DIR: the authors' train and val): Pi of each --seeds with our data and the
+            authors' (train_denoiser.py --pi-data), in --pi-precision; standard fine-tuning (seed 0) from each, in bf16
+            and fp32, and the baseline in both beside them; each judged on test and ood with and without a
+            test-time Pi (a standard run: the Pi it started from; the baseline: each Pi); one table, with paired
+            differences over Pi's seeds
 Last line, name=value pairs: device, slowest_step_vs_median, step_while_next_epoch_vs_alone,
 step_while_next_epoch_in_thread_vs_alone, compiled_step_vs_eager, compile_s, pi_first_epoch_s, pi_epoch_s, pi_s,
-composed_step_vs_standard, sampling_vs_standard, composed_epoch_s, greedy_test_s, table2_block_s (each where its
-stage ran; the block's where all of it finished within the budget).
+composed_step_vs_standard, sampling_vs_standard, composed_epoch_s, greedy_test_s, table2_block_s, fidelity_s (each
+where its stage ran; the block's and fidelity's where all of it finished within the budget).
 """
 import argparse
 import concurrent.futures
 import itertools
+import json
 import os
 import random
 import shlex
@@ -257,24 +264,117 @@ def composed_figures(data: str, args, deadline: Deadline) -> dict:
     return {name: float(value) for key, value in pairs.items() for name in wanted if key in (name, name + "_cuda")}
 
 
+def run_all(commands: dict[str, str], work: str, deadline: Deadline, at_once: int) -> bool:
+    """Run named bash commands in `work`, at most `at_once` at a time, each logged to logs/NAME.log; False if the
+    deadline came first (every one still running is then stopped). A failed command stops the bench, naming it."""
+    os.makedirs(os.path.join(work, "logs"), exist_ok=True)
+    with concurrent.futures.ThreadPoolExecutor(at_once) as pool:
+        seconds = dict(zip(commands, pool.map(lambda item: run(item[1], work, os.path.join(
+            work, "logs", f"{item[0]}.log"), deadline), commands.items())))
+    return None not in seconds.values()
+
+
+def fidelity(args, deadline: Deadline) -> dict:
+    """Stage fidelity (see the docstring): three phases, each its commands side by side, then one table."""
+    P = f"--preset {args.preset}" + f" --device {args.device}" * bool(args.device)
+    py = f"{shlex.quote(sys.executable)} {shlex.quote(ROOT)}/"
+    seeds, datas, precisions = args.seeds.split(), ("ours", "authors"), ("bf16", "fp32")
+    pis = [(d, p) for p in seeds for d in datas]
+    phases = {
+        "denoisers and baselines": {
+            **{f"pi_{d}_{p}": f"{py}train_denoiser.py {P} --precision {args.pi_precision} --pi-data {d} --seed {p} "
+               f"--out runs/pi_{d}_{p}" for d, p in pis},
+            **{f"baseline_{x}": f"{py}finetune.py --method baseline {P} --precision {x} --out runs/baseline_{x}"
+               for x in precisions}},
+        "standard from each Pi": {
+            f"standard_{d}_{p}_{x}": f"{py}finetune.py --method standard {P} --precision {x} --denoiser "
+            f"runs/pi_{d}_{p}/model.pt --out runs/standard_{d}_{p}_{x}" for d, p in pis for x in precisions},
+        "every evaluation": {  # a baseline's test-time Pis each in a folder of their own (a hard link to the model)
+            **{f"judge_{run}{'_pi' * bool(pi)}": (f"mkdir -p runs/{run} && ln -f runs/{run.split('+')[0]}/model.pt "
+                                                 f"runs/{run}/ && " * ("+" in run)) +
+               f"nice {py}evaluate.py runs/{run}/model.pt" + f" --denoiser {pi}" * bool(pi)
+               for d, p in pis for x in precisions for run, pi in (
+                   (f"standard_{d}_{p}_{x}", ""), (f"standard_{d}_{p}_{x}", f"runs/pi_{d}_{p}/model.pt"),
+                   (f"baseline_{x}+pi_{d}_{p}", f"runs/pi_{d}_{p}/model.pt"))},
+            **{f"judge_baseline_{x}": f"nice {py}evaluate.py runs/baseline_{x}/model.pt" for x in precisions}}}
+    total = 0.0
+    for name, commands in phases.items():
+        start = time.time()
+        finished = run_all(commands, args.work, deadline, at_once=len(commands) if name != "every evaluation"
+                           else max(2, (os.cpu_count() or 2) // 2))
+        print(f"fidelity {name}: " + (f"{time.time() - start:.0f} s" if finished else "cut by the budget"), flush=True)
+        if not finished:
+            return {}
+        total += time.time() - start
+    print(fidelity_table(os.path.join(args.work, "runs"), seeds, datas, precisions), flush=True)
+    return {"fidelity_s": total}
+
+
+def fidelity_table(runs: str, seeds: list[str], datas: tuple, precisions: tuple) -> str:
+    """Stage fidelity's table: a row per Pi data and precision (each cell: the mean over Pi's seeds, then each seed's
+    value), the baselines, and the paired differences of each suspect over Pi's seeds."""
+    def evaluation(run, split):  # % correct on a split
+        with open(os.path.join(runs, run, f"eval_{split}.json")) as f:
+            return 100 * json.load(f)["accuracy"]
+
+    def best_loss(run):
+        return min(h["val_loss"] for h in run_history(os.path.join(runs, run)))
+
+    columns = ("Pi val loss", "f val loss", "test", "test + Pi", "ood", "ood + Pi")
+    def standard(d, p, x):
+        run = f"standard_{d}_{p}_{x}"
+        return [best_loss(f"pi_{d}_{p}"), best_loss(run)] + [evaluation(run, split) for split in (
+            "test", "test_denoised", "ood", "ood_denoised")]
+
+    def baseline(d, p, x):
+        return [None, best_loss(f"baseline_{x}"), evaluation(f"baseline_{x}", "test"),
+                evaluation(f"baseline_{x}+pi_{d}_{p}", "test_denoised"), evaluation(f"baseline_{x}", "ood"),
+                evaluation(f"baseline_{x}+pi_{d}_{p}", "ood_denoised")]
+
+    def cell(values, column, sign=""):  # losses to 4 places, % to 1
+        if values[0] is None:
+            return ""
+        digits = sign + (".4f" if "loss" in columns[column] else ".1f")
+        mean = f"{statistics.mean(values):{digits}}"
+        return mean if len(values) == 1 else f"{mean} ({', '.join(f'{v:{digits}}' for v in values)})"
+
+    def line(name, per_seed, sign=""):
+        return f"| {name} | " + " | ".join(cell([v[i] for v in per_seed], i, sign) for i in range(len(columns))) + " |"
+
+    lines = [f"| Pi data, fine-tuning precision | {' | '.join(columns)} |", "|" + " --- |" * (len(columns) + 1)]
+    lines += [line(f"{method}, {d}, {x}", [row(d, p, x) for p in seeds])
+              for method, row in (("standard", standard), ("baseline", baseline)) for d in datas for x in precisions]
+    for name, (d1, x1), (d2, x2) in [(f"authors - ours, {x}", ("authors", x), ("ours", x)) for x in precisions] + \
+            [(f"fp32 - bf16, {d} Pi", (d, "fp32"), (d, "bf16")) for d in datas]:
+        lines.append(line(f"standard: {name}, paired", [[a - b for a, b in zip(standard(d1, p, x1), standard(d2, p, x2))]
+                                                        for p in seeds], sign="+"))
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=("paper", "cpu", "smoke"), default="paper")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     parser.add_argument("--stages", default="data,table2,composed", help="which stages, in this order, of data, "
-                        "steps, table2, composed, compile (compile needs steps)")
+                        "steps, table2, composed, compile (compile needs steps), fidelity")
     parser.add_argument("--budget", type=float, default=590, help="seconds for every stage together (an H200: "
                         "the data and the block ~560 s)")
     parser.add_argument("--reserve", type=float, default=30, help="seconds of the budget stage table2 leaves "
                         "to stage composed")
-    parser.add_argument("--seeds", default="0 1 2", help="the block's seeds (the dry run's test: 0 alone)")
+    parser.add_argument("--seeds", help="the block's seeds (default: 0 1 2; the dry run's test: 0 alone); fidelity: "
+                        "Pi's (default: 0 1)")
+    parser.add_argument("--pi-precision", choices=("fp32", "bf16"), default="fp32",
+                        help="fidelity: Pi's (the authors trained in fp32)")
+    parser.add_argument("--released", metavar="DIR", help="stage data: the authors' train and val from DIR "
+                        "(make_sanstype.py --released)")
     parser.add_argument("--max-steps", type=int, default=300, help="steps timed an epoch, at most")
     parser.add_argument("--work", help="the scratch folder (default: a new temporary one)")
     args = parser.parse_args()
     stages = args.stages.split(",")
-    if not set(stages) <= {"data", "steps", "table2", "composed", "compile"} or (
+    if not set(stages) <= {"data", "steps", "table2", "composed", "compile", "fidelity"} or (
             "compile" in stages and "steps" not in stages[:stages.index("compile")]):
-        parser.error(f"--stages {args.stages}: of data, steps, table2, composed, compile (after steps)")
+        parser.error(f"--stages {args.stages}: of data, steps, table2, composed, compile (after steps), fidelity")
+    args.seeds = args.seeds or ("0 1" if "fidelity" in stages else "0 1 2")
     deadline = Deadline(args.budget)
     args.work = args.work or tempfile.mkdtemp(prefix="bench_gpu-")
     os.makedirs(args.work, exist_ok=True)
@@ -286,8 +386,10 @@ def main():
     started = time.time()
     for stage in stages:
         if stage == "data":
-            seconds = run([sys.executable, os.path.join(ROOT, "make_sanstype.py")] + SMOKE_DATA * (
-                args.preset == "smoke"), args.work, os.path.join(args.work, "data.log"), deadline)
+            released = ["--released", os.path.abspath(args.released)] if args.released else []
+            sizes = SMOKE_DATA[2 * bool(released):] if args.preset == "smoke" else []  # (released: its train)
+            seconds = run([sys.executable, os.path.join(ROOT, "make_sanstype.py"), *sizes, *released], args.work,
+                          os.path.join(args.work, "data.log"), deadline)
             print(f"data: {seconds:.0f} s", flush=True)
         elif stage == "steps":
             bench = StepBench(data, args)
@@ -297,6 +399,8 @@ def main():
             figures.update(table2(args, Deadline(deadline.left() - reserve)))
         elif stage == "composed":
             figures.update(composed_figures(data, args, deadline))
+        elif stage == "fidelity":
+            figures.update(fidelity(args, deadline))
         elif deadline.left() < 90:  # compile: it cannot be cut once started, and may take a minute or more
             print(f"compile: skipped, {deadline.left():.0f} s of the budget left")
         else:

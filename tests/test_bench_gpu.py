@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import torch
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -31,3 +33,23 @@ def test_the_gpu_bench_dry_runs_at_the_smoke_preset(tmp_path):
                 "last.pt", "model.pt"], (method, seed)
     assert "| composed_0 (1 run) |" in result.stdout and "| composed_0 f alone (1 run) |" in result.stdout
     assert "| composed_0 - (standard_0 + Pi), paired (1 run) |" in result.stdout
+
+
+def test_the_fidelity_stage_dry_runs_and_prints_its_table(tmp_path):
+    """The issue's one GPU call, at the smoke preset for Pi seed 0: both Pi data, both precisions, every evaluation."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench_gpu.py"), "--preset", "smoke",
+                             "--device", "cpu", "--stages", "data,fidelity", "--work", str(tmp_path), "--budget", "3000",
+                             "--seeds", "0"], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| ")]
+    assert [row.split(" | ")[0] for row in rows[1:]] == [
+        f"| {method}, {d}, {x}" for method in ("standard", "baseline") for d in ("ours", "authors")
+        for x in ("bf16", "fp32")] + ["| standard: authors - ours, bf16, paired", "| standard: authors - ours, fp32, paired",
+                                     "| standard: fp32 - bf16, ours Pi, paired", "| standard: fp32 - bf16, authors Pi, paired"]
+    assert all(len(row.split(" | ")) == 7 for row in rows)
+    # Each Pi trained with the data it was told to, and each standard run in its precision, from its own Pi.
+    pi = torch.load(tmp_path / "runs" / "pi_authors_0" / "model.pt", weights_only=False)
+    assert pi["args"]["pi_data"] == "authors" and pi["args"]["precision"] == "fp32"
+    standard = torch.load(tmp_path / "runs" / "standard_authors_0_bf16" / "model.pt", weights_only=False)
+    assert standard["args"]["precision"] == "bf16" and standard["args"]["denoiser"].endswith("pi_authors_0/model.pt")
+    assert float(result.stdout.strip().splitlines()[-1].split("fidelity_s=")[1]) > 0

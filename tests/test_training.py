@@ -513,13 +513,26 @@ def test_resume_without_a_last_checkpoint_says_so(data, tmp_path):
     assert f"there is no {tmp_path / 'last.pt'} yet, so this run starts at epoch 1" in result.stderr
 
 
-def denoiser_pairs(data):
+def denoiser_pairs(data, *flags):
     """pairs(epoch): the denoiser's training pairs of an epoch (smoke preset), and its batch size."""
-    args = train_denoiser.parse_args(["--preset", "smoke", "--data", str(data), "--device", "cpu"])
+    args = train_denoiser.parse_args(["--preset", "smoke", "--data", str(data), "--device", "cpu", *flags])
     tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
-    programs = common.read_lines(str(data / "unlabeled.tgt")) + common.read_lines(str(data / "train.tgt"))
+    programs = train_denoiser.training_programs(args)
     clean_ids = tokenizer.encode(programs)
     return lambda epoch: train_denoiser.corrupted_pairs(programs, clean_ids, tokenizer, args, epoch), args.batch_size
+
+
+def test_the_authors_pi_data_is_the_unlabeled_programs_corrupted_once(data):
+    """--pi-data authors: each unlabeled program corrupted once, the same pairs every epoch; ours: the unlabeled and
+    the labeled code, corrupted afresh every epoch."""
+    unlabeled, labeled = (common.read_lines(str(data / name)) for name in ("unlabeled.tgt", "train.tgt"))
+    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
+    for pi_data, programs in (("authors", unlabeled), ("ours", unlabeled + labeled)):
+        pairs, _ = denoiser_pairs(data, "--pi-data", pi_data, "--unlabeled", "0")
+        epochs = [pairs(epoch) for epoch in (1, 2, 3)]
+        assert [tokenizer.decode(clean) for _, clean in epochs[0]] == programs
+        assert (epochs[0] == epochs[1] == epochs[2]) == (pi_data == "authors"), pi_data
+        assert sum(noisy != clean for noisy, clean in epochs[0]) > len(programs) / 2  # corrupted, once or afresh
 
 
 def test_the_worker_process_makes_each_epoch_as_this_process_would(data):
