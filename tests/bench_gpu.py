@@ -56,15 +56,17 @@ import train_denoiser  # noqa: E402
 # definitions, then its two phases, separated by blank lines; the bench makes the data itself (stage data) and sets P.
 TABLE2_BLOCK = """\
 P="--preset paper --precision auto"
-judged() { nice python evaluate.py $1/model.pt; nice python evaluate.py $1/model.pt --denoiser $2; }
+run() { "$@" || { echo "failed (exit $?): $*" >&2; return 1; }; }  # a failed run says so, and the block stops
+judged() { run nice python evaluate.py $1/model.pt && run nice python evaluate.py $1/model.pt --denoiser $2; }
+waitall() { local pid ok=0; for pid in $pids; do wait $pid || ok=1; done; pids=; return $ok; }  # each job in $pids
 
 python make_sanstype.py
-python train_denoiser.py $P & for s in 0 1 2; do python finetune.py --method baseline $P --seed $s --out runs/baseline_$s & done; wait
+run python train_denoiser.py $P & pids=$!; for s in 0 1 2; do run python finetune.py --method baseline $P --seed $s --out runs/baseline_$s & pids+=" $!"; done; waitall
 
-for s in 0 1 2; do (python finetune.py --method standard $P --seed $s --out runs/standard_$s
-  (python finetune.py --method composed $P --seed $s --init runs/standard_$s/model.pt --out runs/composed_$s; judged runs/composed_$s none) &
-  (python finetune.py --method composed $P --seed $s --init runs/standard_$s/model.pt --composed-weight 0 --out runs/control_$s; judged runs/control_$s none) &
-  judged runs/baseline_$s runs/denoiser/model.pt; judged runs/standard_$s runs/denoiser/model.pt; wait) & done; wait
+for s in 0 1 2; do (pids=; run python finetune.py --method standard $P --seed $s --out runs/standard_$s || exit
+  (run python finetune.py --method composed $P --seed $s --init runs/standard_$s/model.pt --out runs/composed_$s && judged runs/composed_$s none) & pids+=" $!"
+  (run python finetune.py --method composed $P --seed $s --init runs/standard_$s/model.pt --composed-weight 0 --out runs/control_$s && judged runs/control_$s none) & pids+=" $!"
+  judged runs/baseline_$s runs/denoiser/model.pt && judged runs/standard_$s runs/denoiser/model.pt; judging=$?; waitall && exit $judging) & pids+=" $!"; done; waitall
 python evaluate.py --table runs/*/
 """
 SMOKE_DATA = ["--labeled", "60", "--unlabeled", "200", "--num-eval", "20"]

@@ -4,7 +4,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__))))
+import bench_gpu  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,3 +57,17 @@ def test_the_fidelity_stage_dry_runs_and_prints_its_table(tmp_path):
     standard = torch.load(tmp_path / "runs" / "standard_authors_0_bf16" / "model.pt", weights_only=False)
     assert standard["args"]["precision"] == "bf16" and standard["args"]["denoiser"].endswith("pi_authors_0/model.pt")
     assert float(result.stdout.strip().splitlines()[-1].split("fidelity_s=")[1]) > 0
+
+
+@pytest.mark.parametrize("fails, phase", [("train_denoiser.py", 0), ("--composed-weight 0", 1),
+                                          ("evaluate.py runs/standard_1/model.pt --denoiser", 1)])
+def test_the_table2_block_stops_and_names_a_failed_run(tmp_path, fails, phase):
+    """The README's block waits on each of its jobs: one run that fails (here a stand-in python that exits 3 for it)
+    stops the block, with a line that names it."""
+    (tmp_path / "python").write_text(f'#!/bin/bash\ncase "$*" in *"{fails}"*) exit 3;; esac\n')
+    (tmp_path / "python").chmod(0o755)
+    definitions, *phases = bench_gpu.TABLE2_BLOCK.replace("python make_sanstype.py\n", "").split("\n\n")
+    script = f"set -e\nPATH={tmp_path}:$PATH\n{definitions}\n{phases[phase]}\necho the block went on"
+    result = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode != 0 and "the block went on" not in result.stdout
+    assert "failed (exit 3): " in result.stderr and fails in result.stderr.split("failed (exit 3): ")[1].splitlines()[0]
