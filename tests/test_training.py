@@ -1,6 +1,7 @@
 """The training scripts on a tiny dataset: they learn, resume after kill -9, refuse bad input,
 and evaluate.py decodes, denoises and judges their models."""
 import dataclasses
+import glob
 import json
 import os
 import random
@@ -128,7 +129,33 @@ def test_linear_schedule_warms_up_then_decays_to_zero():
     assert common.learning_rate_factor(4, args, 40) == 0.5 and common.learning_rate_factor(100, args, 100) == 1.0
 
 
+def processes_of(pid: int) -> list[int]:
+    """A process and its descendants, from /proc."""
+    children = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            fields = open(stat).read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children.get(found[-1], [])
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie (a dead process whose status its new parent has not read yet holds nothing)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_resume_after_kill_9_loses_at_most_an_epoch(data, tmp_path):
+    """A run killed by SIGKILL inside an epoch leaves no process behind (its epoch worker dies with it) and resumes from
+    its last finished epoch."""
     args = [sys.executable, os.path.join(ROOT, "finetune.py"), "--method", "baseline", "--preset", "smoke",
             "--data", str(data), "--out", str(tmp_path), "--epochs", "6", "--patience", "9"]
     proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -136,8 +163,12 @@ def test_resume_after_kill_9_loses_at_most_an_epoch(data, tmp_path):
     while not (tmp_path / "last.pt").exists() and time.time() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)  # somewhere inside the next epoch
+    run = processes_of(proc.pid)
+    assert len(run) == 2, run  # the run and its epoch worker
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    time.sleep(1)
+    assert not [pid for pid in run if alive(pid)], "a process of the killed run is left"
     done = common.load_checkpoint(str(tmp_path / "last.pt"), needs=("state",))["state"]["epoch"]
     assert 1 <= done < 6
     resumed = subprocess.run(args + ["--resume"], capture_output=True, text=True)
