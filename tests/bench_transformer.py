@@ -9,7 +9,7 @@
      steps) against re-running the decoder over the whole prefix at every step (test_transformer.rerun_decoder;
      the outputs must be identical).
 
-    python tests/bench_transformer.py [--steps 10] [--threads 2] [--compile] [--bf16]
+    python tests/bench_transformer.py [--steps 10] [--threads 2] [--compile] [--bf16] [--tiny]
 
 It times what this machine can pay for: bf16 only on a CPU with native bf16 (AVX512-BF16 or AMX; elsewhere it is
 10-17x slower and the bench took over 20 minutes: --bf16 times it anyway), torch.compile only with --compile (a minute
@@ -55,10 +55,10 @@ class TorchTransformer(nn.Module):
         return y @ self.ours.embed.weight.T
 
 
-def seconds_per_step(model, steps, precision="fp32"):
+def seconds_per_step(model, steps, precision="fp32", batch=BATCH, length=LENGTH):
     torch.manual_seed(0)
-    src = torch.randint(4, VOCAB, (BATCH, LENGTH))
-    tgt = torch.randint(4, VOCAB, (BATCH, LENGTH + 1))
+    src = torch.randint(4, VOCAB, (batch, length))
+    tgt = torch.randint(4, VOCAB, (batch, length + 1))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     model.train()
     times = []
@@ -80,43 +80,48 @@ def main():
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--compile", action="store_true", help="also time a torch.compile'd step")
     parser.add_argument("--bf16", action="store_true", help="time bf16 steps on a CPU without native bf16 too")
+    parser.add_argument("--tiny", action="store_true", help="batch 2, 8 tokens, one step: that it runs (the suite)")
     args = parser.parse_args()
+    batch, length, args.steps = (2, 8, 1) if args.tiny else (BATCH, LENGTH, args.steps)
     precisions = ("fp32", "bf16") if args.bf16 or common.cpu_has_native_bf16() else ("fp32",)
-    for skipped, why in (("bf16", "no native bf16 on this CPU (--bf16 times it)") * (len(precisions) == 1),
-                         ("torch.compile", "without --compile") * (not args.compile)):
-        print(f"skipped: {skipped}, {why}")
+    skipped = [("bf16", "no native bf16 on this CPU (--bf16 times it)")] * (len(precisions) == 1) + \
+        [("torch.compile", "without --compile")] * (not args.compile)
+    for what, why in skipped:
+        print(f"skipped: {what}, {why}")
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()} (bf16 needs "
-          f"AVX512-BF16 or AMX to pay), {args.threads} threads, batch {BATCH} x {LENGTH} tokens a side")
+          f"AVX512-BF16 or AMX to pay), {args.threads} threads, batch {batch} x {length} tokens a side")
     step = {}
     for size in ("paper", "cpu"):
         preset = {**common.column(common.ARCHITECTURE, "sanstype", size),
                   **common.column(finetune.PRESETS, "sanstype", size)}
         config = common.config_from_args(argparse.Namespace(**preset), VOCAB)
         for precision in precisions:
-            ours = step[size, precision] = seconds_per_step(common.Transformer(config), args.steps, precision)
-            reference = seconds_per_step(TorchTransformer(config), args.steps, precision)
+            ours = step[size, precision] = seconds_per_step(common.Transformer(config), args.steps, precision, batch,
+                                                            length)
+            reference = seconds_per_step(TorchTransformer(config), args.steps, precision, batch, length)
             print(f"training step, {size} size, {precision}: ours {1000 * ours:.0f} ms, "
                   f"nn.Transformer {1000 * reference:.0f} ms ({reference / ours:.2f})", flush=True)
             if (size, precision) == ("paper", "fp32"):
                 ours_vs_torch = reference / ours
             if (size, precision) == ("paper", "fp32") and args.compile:
-                compiled = seconds_per_step(torch.compile(common.Transformer(config), dynamic=True), args.steps)
+                compiled = seconds_per_step(torch.compile(common.Transformer(config), dynamic=True), args.steps,
+                                            batch=batch, length=length)
                 print(f"training step, paper size, fp32, torch.compile: {1000 * compiled:.0f} ms", flush=True)
 
     config = common.TransformerConfig(vocab_size=VOCAB)
 
     torch.manual_seed(0)
     model = common.Transformer(config).eval()
-    src = torch.randint(4, VOCAB, (BATCH, LENGTH))
+    src = torch.randint(4, VOCAB, (batch, length))
     start = time.perf_counter()
-    cached = common.as_lists(model.generate(src, max_len=LENGTH))
+    cached = common.as_lists(model.generate(src, max_len=length))
     cached_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    uncached = rerun_decoder(model, src, max_len=LENGTH)
+    uncached = rerun_decoder(model, src, max_len=length)
     uncached_seconds = time.perf_counter() - start
     lengths = sorted({len(seq) for seq in cached})
-    print(f"greedy decoding, {LENGTH} steps (output lengths {lengths[0]}..{lengths[-1]}): "
+    print(f"greedy decoding, {length} steps (output lengths {lengths[0]}..{lengths[-1]}): "
           f"cache {cached_seconds:.2f} s, no cache {uncached_seconds:.2f} s, identical outputs: {cached == uncached}")
     figures = {"train_step_vs_torch": f"{ours_vs_torch:.2f}",
                "decode_cache_speedup": f"{uncached_seconds / cached_seconds:.1f}"}
