@@ -517,24 +517,60 @@ def test_an_epoch_trains_the_same_whatever_the_number_of_epochs(data, tmp_path):
     assert first[0] == first[1]
 
 
-def test_a_resumed_run_ends_exactly_as_an_unbroken_one(data, denoiser, tmp_path):
-    """--resume restores every random state the run draws from (dropout, f's samples; the GPU's too where it trains):
-    2 epochs in one go and 1 + 1 resumed end with the same weights (on a GPU, up to its non-deterministic sums)."""
-    init = tmp_path / "standard" / "model.pt"
-    standard = script("finetune.py", "--method", "standard", "--preset", "smoke", "--data", data, "--denoiser",
-                      denoiser[0], "--out", init.parent, "--epochs", "1")
-    assert standard.returncode == 0, standard.stderr
-    flags = ["--method", "composed", "--preset", "smoke", "--data", data, "--denoiser", denoiser[0], "--init", init,
-             "--lr", "1e-3", "--lr-schedule", "constant"]  # (a linear decay would depend on --epochs)
-    for out, runs in (("whole", [["--epochs", "2"]]), ("broken", [["--epochs", "1"], ["--epochs", "2", "--resume"]])):
-        for more in runs:
-            result = script("finetune.py", *flags, "--out", tmp_path / out, *more)
-            assert result.returncode == 0, result.stderr
-    whole, broken = (common.load_checkpoint(str(tmp_path / out / "last.pt"))["model"] for out in ("whole", "broken"))
-    start = common.load_checkpoint(str(init))["model"]
-    assert any(not torch.equal(whole[name], start[name]) for name in whole)  # it trained
-    # (on the CPU they are equal; without the random states restored they differ by ~4e-3)
-    assert all(torch.allclose(whole[name], broken[name], rtol=0, atol=1e-4) for name in whole)
+def run_killed_and_resumed(command: list, out, kill_after: list[float]):
+    """Run `command` (with --out out), SIGKILL it kill_after[i] seconds after its next epoch is saved, resume it with
+    --resume, and so on; then let the last resumed run finish."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    last, done = out / "last.pt", 0
+    for i, delay in enumerate(kill_after):
+        proc = subprocess.Popen(command + ["--resume"] * bool(i), stderr=subprocess.DEVNULL, env=env)
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:  # until an epoch beyond the last kill's is saved
+            if last.exists() and common.load_checkpoint(str(last), needs=("state",))["state"]["epoch"] > done:
+                break
+            time.sleep(0.02)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL, "the run ended before it was killed: kill it sooner"
+        done = common.load_checkpoint(str(last), needs=("state",))["state"]["epoch"]
+    result = subprocess.run(command + ["--resume"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert f"resumed from {last} after epoch {done}" in result.stderr
+
+
+@pytest.mark.parametrize("stage", ["denoiser", "standard", "composed"])
+def test_a_run_killed_twice_and_resumed_ends_bit_for_bit_as_an_unbroken_one(data, denoiser, tmp_path, stage):
+    """SIGKILL at two moments inside an epoch (or its validation, or its save), --resume each time: the final model.pt
+    and last.pt (weights, optimizer state) and the history (but its seconds) equal an unbroken run's, torch.equal on
+    every tensor. Pi, standard under its linear schedule, composed (f's samples)."""
+    flags = {"denoiser": ["train_denoiser.py", "--repair-every", "0"],
+             "standard": ["finetune.py", "--method", "standard", "--denoiser", denoiser[0], "--warmup-steps", "2"],
+             "composed": ["finetune.py", "--method", "composed", "--denoiser", denoiser[0], "--init",
+                          tmp_path / "standard" / "model.pt", "--lr-schedule", "linear", "--warmup-steps", "2"]}[stage]
+    if stage == "composed":  # an f to start from
+        result = script("finetune.py", "--method", "standard", "--preset", "smoke", "--data", data, "--denoiser",
+                        denoiser[0], "--out", tmp_path / "standard", "--epochs", "1")
+        assert result.returncode == 0, result.stderr
+    command = [sys.executable, os.path.join(ROOT, flags[0]), *map(str, flags[1:]), "--preset", "smoke", "--data",
+               str(data), "--epochs", "5", "--patience", "9"]
+    unbroken = subprocess.run(command + ["--out", str(tmp_path / "unbroken")], capture_output=True, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert unbroken.returncode == 0, unbroken.stderr
+    rng = random.Random(stage)
+    run_killed_and_resumed(command + ["--out", str(tmp_path / "killed")], tmp_path / "killed",
+                           [rng.uniform(0, 0.3), rng.uniform(0, 0.3)])
+    for name in ("model.pt", "last.pt"):
+        whole, broken = (common.load_checkpoint(str(tmp_path / run / name)) for run in ("unbroken", "killed"))
+        assert whole["model"].keys() == broken["model"].keys()
+        assert all(torch.equal(whole["model"][key], broken["model"][key]) for key in whole["model"]), name
+    whole, broken = (common.load_checkpoint(str(tmp_path / run / "last.pt")) for run in ("unbroken", "killed"))
+    for a, b in zip(whole["optimizer"]["state"].values(), broken["optimizer"]["state"].values()):
+        assert all(torch.equal(a[key], b[key]) for key in a)
+    without_seconds = lambda history: json.dumps([{k: v for k, v in h.items() if k != "seconds"}  # noqa: E731
+                                                  for h in history])  # (as text: composed's epoch 0 has NaN)
+    assert without_seconds(whole["state"]["history"]) == without_seconds(broken["state"]["history"])
+    assert len(whole["state"]["history"]) >= 5
 
 
 def test_resume_without_a_last_checkpoint_says_so(data, tmp_path):
