@@ -14,7 +14,8 @@ train's (a new style, a new domain) to test out of distribution. Splits you alre
 denoiser learns from them and from train's outputs. --valid-command is your validity check, in the role g++ plays for
 SansType and RDKit for molecules: a shell command, run in the data folder, that reads outputs on its standard input,
 one a line, and prints one verdict a line, 1 (valid) or 0; evaluate.py reports its share as "compiled" and counts an
-output correct when it equals the gold output exactly. It is tried on the gold outputs before anything is written.
+output correct when it equals the gold output exactly. It is tried first on the gold outputs as they will be written
+(after the tokenizer's normalisation), in --out, before anything else is written there.
 
 Writes the format every make_*.py writes, one example a line and the same line number across a split's files:
     {train,val,test[,ood]}.src   inputs
@@ -44,9 +45,9 @@ import datetime
 import os
 import random
 import re
+import shutil
 import sys
 import sysconfig
-import tempfile
 
 import common
 import judge
@@ -113,6 +114,10 @@ def parse_args(argv):
         parser.error(f"{example} makes its own unlabeled outputs, ood split and judge")
     if args.splits and args.ood:
         parser.error("--splits takes its ood split from DIR/ood.{src,tgt}")
+    ignored = [f"--{name}" for name in ("val", "test", "labeled", "seed")
+               if getattr(args, name) != parser.get_default(name)]
+    if args.splits and ignored:  # said, not silently ignored: the splits would not be what the flags ask
+        parser.error(f"--splits takes DIR's splits as they are: {', '.join(ignored)} would do nothing")
     return args
 
 
@@ -138,16 +143,6 @@ def make_task(args):
     facts = {"valid_command": valid_command, "seed": args.seed, "source": "the Python standard library of "
              f"{sys.version.split()[0]} (PSF License)" if args.python_stdlib else "made by make_task.py --dates"
              if args.dates else args.splits or " ".join(args.pairs)}
-    if valid_command:  # the judge tried on the gold outputs first: a wrong command shows here, before any work
-        gold = [y for examples in splits.values() for _, y in examples]
-        with tempfile.TemporaryDirectory() as folder:  # where it runs as in the data folder, which is not written yet
-            if judge_source:
-                common.write_lines(os.path.join(folder, "valid.py"), judge_source.splitlines())
-            try:
-                facts["gold_valid"] = round(sum(judge.check_validity(valid_command, gold, folder)) / len(gold), 4)
-            except ValueError as error:
-                raise common.UsageError(str(error)) from None
-        print(f"the validity command passes {100 * facts['gold_valid']:.1f}% of the {len(gold)} gold outputs")
     train = splits["train"]
     spm_model = common.train_tokenizer([x for x, _ in train] + [y for _, y in train] + unlabeled,
                                        args.vocab_size, split_digits=True)
@@ -161,10 +156,12 @@ def make_task(args):
     unlabeled = [normal[y] for y in unlabeled]
     print(f"{sum(text != back for text, back in normal.items())} of {len(normal)} texts changed by the tokenizer's "
           "normalisation (runs of spaces, Unicode forms)")
+    if valid_command:  # the judge tried on the gold outputs first: a wrong command shows here, before any writing
+        gold = [y for examples in splits.values() for _, y in examples]
+        facts["gold_valid"] = gold_validity(valid_command, gold, judge_source, args.out)
+        print(f"the validity command passes {100 * facts['gold_valid']:.1f}% of the {len(gold)} gold outputs")
 
     os.makedirs(args.out, exist_ok=True)
-    if judge_source:
-        common.write_lines(os.path.join(args.out, "valid.py"), judge_source.splitlines())
     for split, examples in splits.items():
         common.write_lines(os.path.join(args.out, f"{split}.src"), [x for x, _ in examples])
         common.write_lines(os.path.join(args.out, f"{split}.tgt"), [y for _, y in examples])
@@ -176,6 +173,31 @@ def make_task(args):
           + ", valid.py" * bool(judge_source))
 
 
+def gold_validity(command: str, gold: list[str], judge_source: str | None, out: str) -> float:
+    """The share of the gold outputs (as written) that the validity command passes, run where the later stages run it:
+    in --out, beside a worked example's valid.py (written there first) or a judge of the user's. A command that fails
+    leaves --out as it was: the folders made here removed, valid.py removed or given back its old text."""
+    made = os.path.abspath(out)  # the first folder of --out's path that this makes (None: --out is there)
+    while not os.path.isdir(os.path.dirname(made)):
+        made = os.path.dirname(made)
+    made, path = None if os.path.isdir(made) else made, os.path.join(out, "valid.py")
+    os.makedirs(out, exist_ok=True)
+    old_judge = open(path, "rb").read() if judge_source and os.path.isfile(path) else None  # (--overwrite)
+    if judge_source:
+        common.write_lines(path, judge_source.splitlines())
+    try:
+        return round(sum(judge.check_validity(command, gold, out)) / len(gold), 4)
+    except ValueError as error:
+        if made:
+            shutil.rmtree(made)
+        elif old_judge is not None:
+            with open(path, "wb") as f:
+                f.write(old_judge)
+        elif judge_source:
+            os.remove(path)
+        raise common.UsageError(str(error)) from None
+
+
 def read_splits(args) -> tuple[dict, list, str | None, str | None]:
     """(splits {name: [(input, output)]}, unlabeled outputs, the validity command, the source of a worked example's
     judge) from what the flags name: splits as given (--splits), or pairs shuffled into val, test and train."""
@@ -184,6 +206,9 @@ def read_splits(args) -> tuple[dict, list, str | None, str | None]:
         names = ["train", "val", "test"] + ["ood"] * os.path.isfile(os.path.join(args.splits, "ood.src"))
         splits = {name: read_pairs(*(os.path.join(args.splits, f"{name}.{side}") for side in ("src", "tgt")))
                   for name in names}
+        empty = [name for name in names if not splits[name]]
+        if empty:  # (evaluate.py would have no example to score)
+            raise common.UsageError(f"{os.path.join(args.splits, empty[0])}.src is empty: every split needs a pair")
         return splits, unlabeled, args.valid_command, None
     if args.python_stdlib or args.dates:
         pairs, ood, unlabeled = python_stdlib() if args.python_stdlib else dates(args.seed)

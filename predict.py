@@ -34,13 +34,28 @@ def main(argv=None):
 
 
 def predict(args):
-    inputs = common.read_lines(args.input) if args.input else sys.stdin.read().splitlines()
+    if args.input and not os.path.isfile(args.input):
+        raise common.UsageError(f"missing file: {args.input}")
+    try:  # (newline="": a file's lines break where standard input's do)
+        text = open(args.input, encoding="utf-8", newline="").read() if args.input else sys.stdin.read()
+    except UnicodeDecodeError:
+        raise common.UsageError(f"{args.input or 'standard input'} is not UTF-8 text") from None
+    inputs = read_inputs(text)
     outputs = predictions(args.model, inputs, args.denoiser, args.batch_size, args.device)
     try:
         sys.stdout.writelines(output + "\n" for output in outputs)
         sys.stdout.flush()
     except BrokenPipeError:  # the reader took what it wanted (| head): stop quietly, as other tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def read_inputs(text: str) -> list[str]:
+    """One input a line: lines break at "\n" (with "\r\n" taken whole) only, not at the other breaks of
+    str.splitlines() (U+2028, U+0085, a form feed, a lone "\r"), which an input may hold: an output a line, in the
+    inputs' order. A final newline does not make an extra input."""
+    lines = text.split("\n")
+    last = lines.pop()  # what follows the last newline: "", or a last line without one
+    return [line.removesuffix("\r") for line in lines] + [last] * bool(last)
 
 
 def predictions(model_path: str, inputs: list[str], denoiser: str | None = None, batch_size: int = 64,

@@ -126,6 +126,8 @@ def parse_args(argv=None):
     if len(rates) != 4 or not all(re.fullmatch(r"0?\.\d+|0", rate) for rate in rates):
         parser.error(f"--edit-rates {args.edit_rates}: four probabilities within [0, 1), for delete, insert, "
                      "substitute and swap")
+    if all(float(rate) == 0 for rate in rates):  # (each output would draw no edit 100 times, then lose its first piece)
+        parser.error(f"--edit-rates {args.edit_rates}: all zero, the noise could never change an output")
     common.check_ranges(parser, args, at_least_1="num_corruptions repair_programs",
                         not_negative="unlabeled repair_every", probability="deletion_probability")
     return args

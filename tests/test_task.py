@@ -2,6 +2,8 @@
 preset, its validity command judges, the generic noise edits at the rates it is given, predict.py answers as
 evaluate.py does; and the worked example from Python's standard library."""
 import ast
+import hashlib
+import io
 import json
 import os
 import random
@@ -14,6 +16,7 @@ import pytest
 import common
 import finetune
 import make_task
+import predict
 import train_denoiser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,8 +74,9 @@ def test_a_task_of_ones_own_goes_through_every_stage(task):
             tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
             val, rng = common.read_lines(str(data / "val.tgt")), random.Random("0-val")
             noisy = [train_denoiser.CORRUPTIONS["edits"].corrupt(y, rng, args, tokenizer) for y in val]
-            assert f"repairs of 10 val outputs: {sum(n != y for n, y in zip(noisy, val))} changed by the noise" in \
-                result.stderr
+            fingerprint = hashlib.sha256("\n".join(noisy).encode()).hexdigest()[:8]  # which corruptions they were
+            assert f"repairs of 10 val outputs (noise {fingerprint}): {sum(n != y for n, y in zip(noisy, val))} " \
+                "changed by the noise" in result.stderr
     verdicts = [json.loads(line) for line in open(runs / "composed" / "eval_test_denoised.jsonl")]
     outputs = [v["prediction"] for v in verdicts]
     balanced = [output.count("(") == output.count(")") for output in outputs]
@@ -161,7 +165,9 @@ def test_bad_task_input_is_one_line_and_writes_nothing(task, capsys):
         out, err = capsys.readouterr()
         err = err.strip()
         assert exit_.value.code == 2 and len(err.splitlines()) == 1 and word in err, (argv, err)
-        assert not (w / "new").exists() and "tokenizer" not in out  # refused before any work
+        assert not (w / "new").exists()  # nothing written, nothing left behind
+        # Refused before any work; a judge once the tokenizer has normalised the outputs it judges.
+        assert "tokenizer" not in out or "--valid-command" in argv
     with pytest.raises(SystemExit):
         train_denoiser.main(["--data", str(w / "data"), "--preset", "smoke", "--edit-rates", "0.1,0.1", "--out",
                              str(w / "new")])
@@ -276,3 +282,75 @@ def test_the_dates_example_judges_real_dates(tmp_path):
     assert len(set(outputs) | set(common.read_lines(str(tmp_path / "unlabeled.tgt")))) == 22500  # each day once
     assert common.valid_outputs(str(tmp_path), ["2020-02-29", "2021-02-29", "2021-13-01", "21-03-14", "1999-12-31"]
                                 ) == [True, False, False, False, True]
+
+
+# Valid: text an old Latin-1 tool could read. 9½ is, but not 91⁄2, its NFKC form, the form make_task.py writes.
+LATIN_1 = "python3 -c \"import sys; [print(int(all(ord(c) < 256 for c in l))) for l in sys.stdin]\""
+
+
+def test_the_gold_validity_describes_the_outputs_as_written(tmp_path, capsys):
+    """gold_valid (and the share printed) is the judge's verdict on the outputs as written, after the tokenizer's
+    normalisation (9½ becomes 91⁄2), not on the outputs as given."""
+    common.write_lines(str(tmp_path / "x.txt"), [f"{i} and a half" for i in range(20)])
+    common.write_lines(str(tmp_path / "y.txt"), [f"{i}½" if i % 4 == 0 else str(i) for i in range(20)])
+    make_task.main(["--pairs", str(tmp_path / "x.txt"), str(tmp_path / "y.txt"), "--val", "5", "--test", "5",
+                    "--vocab-size", "30", "--valid-command", LATIN_1, "--out", str(tmp_path / "data")])
+    written = [y for split in ("train", "val", "test") for y in common.read_lines(str(tmp_path / f"data/{split}.tgt"))]
+    share = sum(all(ord(c) < 256 for c in y) for y in written) / len(written)  # (as given: 1.0)
+    assert share < 1 and json.load(open(tmp_path / "data" / "dataset.json"))["gold_valid"] == share
+    assert f"the validity command passes {100 * share:.1f}% of the 20 gold outputs" in capsys.readouterr().out
+
+
+def test_the_validity_command_runs_in_the_data_folder(task, tmp_path, capsys):
+    """A judge the user put in --out beforehand (the docstring's `python3 check.py`) is found there, as the later
+    stages find it; a command that fails leaves that folder as it was."""
+    out = tmp_path / "data"
+    out.mkdir()
+    (out / "check.py").write_text("import subprocess, sys\n"
+                                  f"sys.exit(subprocess.run({BALANCED!r}, shell=True).returncode)\n")
+    flags = ["--pairs", str(task / "in.txt"), str(task / "out.txt"), "--val", "10", "--test", "10", "--vocab-size",
+             "40", "--out", str(out)]
+    with pytest.raises(SystemExit) as exit_:
+        make_task.main(flags + ["--valid-command", "exit 3"])
+    assert exit_.value.code == 2 and os.listdir(out) == ["check.py"]
+    make_task.main(flags + ["--valid-command", "python3 check.py"])
+    assert json.load(open(out / "dataset.json"))["gold_valid"] == 1.0
+
+
+@pytest.mark.parametrize("flags, word", [
+    (["--val", "1"], "--val"), (["--test", "1"], "--test"), (["--labeled", "2"], "--labeled"),
+    (["--seed", "1"], "--seed"), ([], "test.src is empty")])
+def test_splits_of_ones_own_are_refused_when_flags_or_a_split_would_do_nothing(tmp_path, capsys, flags, word):
+    """--splits DIR takes splits as they are: flags that shuffle or size splits would be ignored, and an empty split
+    would leave evaluate.py nothing to score. One line, exit 2, nothing written."""
+    for split, lines in (("train", ["1 plus 2", "3 times 4"]), ("val", ["5 minus 1"]), ("test", [])):
+        common.write_lines(str(tmp_path / f"{split}.src"), lines)
+        common.write_lines(str(tmp_path / f"{split}.tgt"), [f"( {line} )" for line in lines])
+    with pytest.raises(SystemExit) as exit_:
+        make_task.main(["--splits", str(tmp_path), *flags, "--out", str(tmp_path / "data")])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1 and word in err, err
+    assert not (tmp_path / "data").exists()
+
+
+def test_predict_reads_one_input_a_line_on_stdin_and_from_a_file(tmp_path, monkeypatch, capsys):
+    """Inputs break at "\\n" (a "\\r\\n" ending too) only: U+2028, U+0085 or a form feed inside an input keep it one
+    input, on standard input as with --input, so that the outputs line up with the inputs."""
+    text = "1 plus 2\n3\u2028times 4\r\n5 minus\x85 6\x0c\n"
+    inputs = ["1 plus 2", "3\u2028times 4", "5 minus\x85 6\x0c"]
+    monkeypatch.setattr(predict, "predictions", lambda model, texts, *rest: [f"<{x}>" for x in texts])  # an echo
+    (tmp_path / "in.txt").write_bytes(text.encode())
+    predict.main(["model.pt", "--input", str(tmp_path / "in.txt")])
+    from_file = capsys.readouterr().out
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text, newline="\n"))  # as Python reads it on Linux: untranslated
+    predict.main(["model.pt"])
+    assert capsys.readouterr().out == from_file == "".join(f"<{x}>\n" for x in inputs)
+    assert predict.read_inputs("a\r\nb\rc\n\n") == ["a", "b\rc", ""] and predict.read_inputs("") == []
+
+
+def test_edit_rates_that_never_edit_are_refused(task, capsys):
+    """--edit-rates 0,0,0,0 could never change an output (100 draws each, then a deletion): refused."""
+    with pytest.raises(SystemExit) as exit_:
+        train_denoiser.parse_args(["--data", str(task / "data"), "--preset", "smoke", "--edit-rates", "0,0,0,0"])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and "--edit-rates 0,0,0,0" in err and "zero" in err, err
