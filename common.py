@@ -621,10 +621,11 @@ class UNet(nn.Module):
 # ============================================================================
 # 4. Corruptions
 # ============================================================================
-# Noise for pre-training the denoiser on valid SansType code, one statement (`$`-separated) at a time, as the
-# authors' generator draws it. Pure functions of (code, rng), so every epoch can draw fresh, reproducible noise.
+# Noise for pre-training the denoiser: on SansType code, one statement (`$`-separated) at a time, as the authors'
+# generator draws it (code, random deletions); then any task's piece edits and SMILES edits. Pure functions of
+# (output, rng), so every epoch can draw fresh, reproducible noise.
 CPP_TYPES = ("int", "string", "bool")
-CLEAN_PROBABILITY = 0.1  # both noises leave a tenth of the programs as they are: Pi must also learn to copy
+CLEAN_PROBABILITY = 0.1  # every noise here leaves a tenth of the outputs as they are: Pi must also learn to copy
 
 
 def split_program(code):
