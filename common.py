@@ -1218,7 +1218,8 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
             save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=epoch))
         notes = on_epoch(model, epoch) if on_epoch else ""
         seconds = time.time() - started  # the epoch with its validation and reports
-        state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds})
+        state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds,
+                                 **({"notes": notes} if notes else {})})
         print(f"epoch {epoch}: train loss {train_loss:.4f}, val loss {val_loss:.4f}{' (best)' if improved else ''}"
               f"{notes}; {seconds:.1f} s", file=sys.stderr, flush=True)
         save_checkpoint(last_path, checkpoint(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),

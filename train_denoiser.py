@@ -205,7 +205,7 @@ def train(args):
         kind = {"molecules": "SMILES", "task": "outputs"}.get(args.dataset, "programs")
         exact = 100 * sum(r == c for r, c in zip(repaired, clean)) / len(clean)
         report = (f", repairs of {len(clean)} val {kind} (noise {extra['val_noise']}): {sum(changed)} changed by "
-                  f"the noise, {fixed} of them repaired exactly; {exact:.1f}% exact")
+                  f"the noise, {fixed} of them repaired exactly; {exact:.1f}% of all {len(clean)} exact after repair")
         if spoc_cases:  # SPoC: the repairs judged on their problems' hidden test cases
             verdicts = judge.judge_spoc_programs(repaired, spoc_cases[:len(repaired)])
             return report + f", {100 * sum(v['verdict'] == 'correct' for v in verdicts) / len(verdicts):.1f}% correct"
@@ -225,7 +225,9 @@ def train(args):
           f"{args.dataset} preset {args.preset}\nsettings: {common.settings(args)}", file=sys.stderr)
     state = common.fit(model, lambda epoch: corrupted_pairs(programs, clean_ids, tokenizer, args, epoch), val_pairs,
                        args, args.out, extra, on_epoch=report_repairs)
-    print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}, val noise {extra['val_noise']}) -> "
+    kept = next(h for h in state["history"] if h["epoch"] == state["best_epoch"])  # its report, if it made one
+    report = kept.get("notes") or f", val noise {extra['val_noise']}"
+    print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}{report}) -> "
           f"{os.path.join(args.out, 'model.pt')}")
 
 

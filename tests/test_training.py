@@ -42,7 +42,7 @@ def denoiser(data, tmp_path_factory):
     result = script("train_denoiser.py", "--preset", "smoke", "--data", data, "--out", out, "--epochs", "3",
                     "--patience", "9", "--repair-programs", "4")
     assert result.returncode == 0, result.stderr
-    return out / "model.pt", result.stderr
+    return out / "model.pt", result.stderr + result.stdout
 
 
 def epoch_losses(log):
@@ -61,6 +61,11 @@ def test_denoiser_learns_and_its_checkpoint_stands_alone(denoiser):
     best = min(history, key=lambda h: h["val_loss"])  # model.pt is the epoch with the lowest validation loss
     assert checkpoint["role"] == "denoiser" and (checkpoint["epoch"], checkpoint["best_val_loss"]) == (
         best["epoch"], best["val_loss"])
+    # The last line quotes the kept epoch's repair report (not the last epoch's).
+    kept_line = next(line for line in log.splitlines() if line.startswith(f"epoch {best['epoch']}: "))
+    report = kept_line.split(" (best)")[1].rsplit(";", 1)[0]
+    assert report.startswith(", repairs of 4 val programs") and "of all 4 exact after repair" in report
+    assert f"best epoch {best['epoch']} (val loss {best['val_loss']:.4f}{report}) -> " in log
     model = common.model_from_checkpoint(checkpoint)  # needs nothing but the file
     tokenizer = common.load_tokenizer(checkpoint["spm"])
     assert model.config.vocab_size == tokenizer.get_piece_size() == 150
