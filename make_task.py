@@ -10,7 +10,7 @@ Give your pairs as two files with one text a line, the same line number for an i
 fit on one line: write line breaks as a token of your own, as SansType writes ` $ `). They are shuffled (--seed)
 into val (--val), test (--test) and train (the rest, or --labeled of it); --ood SRC TGT adds a split of inputs unlike
 train's (a new style, a new domain) to test out of distribution. Splits you already have go in as they are with
---splits DIR (its train, val, test and, if there, ood .src/.tgt files). --unlabeled names outputs with no input: the
+--splits DIR (its train, val, test and, if there, ood .src/.tgt files, and unlabeled.tgt). --unlabeled names outputs with no input: the
 denoiser learns from them and from train's outputs. --valid-command is your validity check, in the role g++ plays for
 SansType and RDKit for molecules: a shell command, run in the data folder, that reads outputs on its standard input,
 one a line, and prints one verdict a line, 1 (valid) or 0; evaluate.py reports its share as "compiled" and counts an
@@ -139,7 +139,9 @@ def make_task(args):
     common.claim_data_folder(args.out, args.overwrite)
     splits, unlabeled, valid_command, judge_source = read_splits(args)
     print(", ".join(f"{split} {len(examples)}" for split, examples in splits.items()) +
-          f" pairs; unlabeled outputs {len(unlabeled)}")
+          f" pairs; unlabeled outputs {len(unlabeled)}" + (
+              "" if unlabeled else f": the denoiser will learn from train's {len(splits['train'])} outputs alone "
+              "(--unlabeled FILE, or DIR/unlabeled.tgt with --splits, gives it more)"))
     facts = {"valid_command": valid_command, "seed": args.seed, "source": "the Python standard library of "
              f"{sys.version.split()[0]} (PSF License)" if args.python_stdlib else "made by make_task.py --dates"
              if args.dates else args.splits or " ".join(args.pairs)}
@@ -149,13 +151,12 @@ def make_task(args):
     # Texts as the tokenizer gives them back (runs of spaces made one, Unicode in its NFKC form): what a model can
     # output, so that a right output can equal the gold one exactly.
     tokenizer = common.load_tokenizer(spm_model)
-    normal = {text: tokenizer.decode(tokenizer.encode(text)) for examples in [*splits.values(), [("", y) for y in
-                                                                                                unlabeled]]
-              for pair in examples for text in pair}
+    texts = {text for examples in splits.values() for pair in examples for text in pair} | set(unlabeled)
+    normal = {text: tokenizer.decode(tokenizer.encode(text)) for text in texts}
     splits = {split: [(normal[x], normal[y]) for x, y in examples] for split, examples in splits.items()}
     unlabeled = [normal[y] for y in unlabeled]
-    print(f"{sum(text != back for text, back in normal.items())} of {len(normal)} texts changed by the tokenizer's "
-          "normalisation (runs of spaces, Unicode forms)")
+    print(f"{sum(text != back for text, back in normal.items())} of {len(normal)} distinct texts changed by the "
+          "tokenizer's normalisation (runs of spaces, Unicode forms)")
     if valid_command:  # the judge tried on the gold outputs first: a wrong command shows here, before any writing
         gold = [y for examples in splits.values() for _, y in examples]
         facts["gold_valid"] = gold_validity(valid_command, gold, judge_source, args.out)
@@ -201,7 +202,9 @@ def gold_validity(command: str, gold: list[str], judge_source: str | None, out: 
 def read_splits(args) -> tuple[dict, list, str | None, str | None]:
     """(splits {name: [(input, output)]}, unlabeled outputs, the validity command, the source of a worked example's
     judge) from what the flags name: splits as given (--splits), or pairs shuffled into val, test and train."""
-    unlabeled = common.read_lines(args.unlabeled) if args.unlabeled else []
+    in_splits = os.path.join(args.splits or "", "unlabeled.tgt")  # --splits DIR's own, unless --unlabeled names one
+    unlabeled = common.read_lines(args.unlabeled or in_splits) if args.unlabeled or (
+        args.splits and os.path.isfile(in_splits)) else []
     if args.splits:
         names = ["train", "val", "test"] + ["ood"] * os.path.isfile(os.path.join(args.splits, "ood.src"))
         splits = {name: read_pairs(*(os.path.join(args.splits, f"{name}.{side}") for side in ("src", "tgt")))

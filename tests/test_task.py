@@ -257,6 +257,28 @@ def test_splits_of_ones_own_go_in_as_they_are(task, tmp_path):
         make_task.main(["--splits", str(task), "--out", str(tmp_path / "none")])
 
 
+def test_splits_take_their_folders_unlabeled_outputs_and_say_when_there_are_none(task, tmp_path, capsys):
+    """--splits DIR takes DIR/unlabeled.tgt when it is there (--unlabeled wins); without any, a line says what the
+    denoiser will learn from. The count of texts the tokenizer changed is of the distinct texts given."""
+    given = tmp_path / "given"
+    given.mkdir()
+    for split in ("train", "val", "test"):
+        for side in ("src", "tgt"):
+            common.write_lines(str(given / f"{split}.{side}"), common.read_lines(str(task / "data" / f"{split}.{side}")))
+    make_task.main(["--splits", str(given), "--vocab-size", "40", "--out", str(tmp_path / "bare")])
+    said = capsys.readouterr().out
+    train = common.read_lines(str(given / "train.tgt"))
+    assert f"unlabeled outputs 0: the denoiser will learn from train's {len(train)} outputs alone" in said
+    texts = {text for split in ("train", "val", "test") for side in ("src", "tgt")
+             for text in common.read_lines(str(given / f"{split}.{side}"))}
+    assert f" of {len(texts)} distinct texts changed" in said
+    more = common.read_lines(str(task / "more.txt"))
+    common.write_lines(str(given / "unlabeled.tgt"), more)
+    make_task.main(["--splits", str(given), "--vocab-size", "40", "--out", str(tmp_path / "data")])
+    assert f"unlabeled outputs {len(more)}\n" in capsys.readouterr().out
+    assert common.read_lines(str(tmp_path / "data" / "unlabeled.tgt")) == more
+
+
 def test_a_tasks_tokenizer_keeps_every_digit_a_piece(tmp_path):
     """Numbers are copied digit by digit: BPE over many numbers would merge frequent digit pairs into pieces."""
     rng = random.Random(0)
