@@ -838,7 +838,7 @@ def save_checkpoint(path: str, payload: dict):
 
 def load_checkpoint(path: str, needs=("config", "model", "spm")) -> dict:
     if not os.path.isfile(path):
-        raise UsageError(f"no checkpoint at {path}")
+        raise UsageError(f"no checkpoint at {path}" + f" (from {os.getcwd()})" * (not os.path.isabs(path)))
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # pickle, zip or torch errors: whatever it is, it is not ours

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import common
 import finetune
@@ -197,8 +198,8 @@ def test_the_readmes_lines_of_python_give_what_predict_gives(task, tmp_path):
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     code = readme.split("```python\n")[1].split("```")[0]
     sources = common.read_lines(str(data / "test.src"))[:3]
-    code = code.replace("/path/to/composed-finetuning", ROOT).replace("runs/mine/composed/model.pt", str(
-        runs / "composed" / "model.pt")).replace('["an input of your own"]', repr(sources))
+    code = code.replace("/path/to/composed-finetuning/runs/mine/", f"{runs}/").replace(
+        "/path/to/composed-finetuning", ROOT).replace('["an input of your own"]', repr(sources))
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     predicted = script("predict.py", runs / "composed/model.pt", input="".join(x + "\n" for x in sources))
@@ -227,8 +228,10 @@ def test_the_readmes_own_task_chain_runs_as_written(task, tmp_path):
     ran = subprocess.run(["bash", "-c", "set -e\n" + "\n".join(lines)], capture_output=True, text=True,
                          cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert ran.returncode == 0, ran.stderr[-3000:]
-    for run in ("baseline", "standard", "composed"):
+    for run in ("baseline", "standard", "composed", "control"):
         assert {"eval_test.json", "eval_test_denoised.json"} <= set(os.listdir(tmp_path / "runs" / "mine" / run))
+    control = torch.load(tmp_path / "runs" / "mine" / "control" / "model.pt", weights_only=False)["args"]
+    assert control["composed_weight"] == 0 and control["method"] == "composed"
     assert "composed" in ran.stdout and len((tmp_path / "outputs.txt").read_text().splitlines()) == 2
 
 
