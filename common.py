@@ -1510,7 +1510,7 @@ def parse_training_args(parser, argv, preset_of, run_folder):
     except UsageError as error:
         parser.error(str(error))
     check_ranges(parser, args, at_least_1="epochs batch_size patience d_model n_heads layers d_ff", positive="lr",
-                 not_negative="warmup_steps warmup_start_lr weight_decay",
+                 not_negative="warmup_steps warmup_start_lr weight_decay clip_norm",
                  fraction="dropout attention_dropout activation_dropout")
     if args.precision == "auto":  # decided here, so that the run's args say which it was
         native = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_has_native_bf16()

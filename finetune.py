@@ -131,7 +131,8 @@ def parse_args(argv=None):
         if args.method == "composed" and getattr(args, name) != parser.get_default(name) and \
                 estimator != args.estimator:
             parser.error(f"--{name.replace('_', '-')} applies to --estimator {estimator} only")
-    common.check_ranges(parser, args, at_least_1="samples labeled", positive="tau", not_negative="synthetic_programs")
+    common.check_ranges(parser, args, at_least_1="samples labeled reverse_epochs labeled_epochs", positive="tau",
+                        not_negative="synthetic_programs frozen_epochs composed_weight lam")
     if args.method == "bart" and not 0 <= args.frozen_epochs < args.epochs:
         parser.error(f"bart: --frozen-epochs ({args.frozen_epochs}) must be below --epochs ({args.epochs})")
     if args.reinforce_baseline == "leave-one-out" and args.samples < 2:

@@ -199,6 +199,7 @@ def parse_args(argv):
     parser.add_argument("--max-chars", type=int, default=1000, help="drop longer train programs (characters)")
     parser.add_argument("--vocab-size", type=int, default=10000, help="joined sentencepiece BPE vocabulary")
     args = parser.parse_args(argv)
+    common.check_ranges(parser, args, at_least_1="max_chars vocab_size")
     unknown = set(args.splits.split(",")) - set(SPLITS)
     if unknown:
         parser.error(f"unknown split {', '.join(sorted(unknown))} in --splits (known: {', '.join(SPLITS)})")

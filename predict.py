@@ -30,7 +30,9 @@ def main(argv=None):
                         "given another, or none)")
     parser.add_argument("--batch-size", type=int, default=64, help="inputs decoded at once")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
-    common.run_main("predict.py", predict, parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    common.check_ranges(parser, args, at_least_1="batch_size")
+    common.run_main("predict.py", predict, args)
 
 
 def predict(args):

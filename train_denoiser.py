@@ -129,7 +129,8 @@ def parse_args(argv=None):
     if all(float(rate) == 0 for rate in rates):  # (each output would draw no edit 100 times, then lose its first piece)
         parser.error(f"--edit-rates {args.edit_rates}: all zero, the noise could never change an output")
     common.check_ranges(parser, args, at_least_1="num_corruptions repair_programs",
-                        not_negative="unlabeled repair_every", probability="deletion_probability")
+                        not_negative="unlabeled repair_every", probability="deletion_probability",
+                        positive="deletion_probability")  # (0: the noise could never change a program)
     return args
 
 
