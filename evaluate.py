@@ -14,7 +14,8 @@ gold output on the test's input (accuracy).
     python evaluate.py runs/molecules/standard/model.pt --data data/molecules   # SMILES judged by RDKit
 
 A model's verdicts go beside it, one JSON line per program (`eval_<split>[_denoised][_<noise>].jsonl`; _<noise>
-when the denoiser in play learned another noise than its dataset's, as Table 5's _random), with a summary (`.json`).
+when the denoiser in play learned another noise than its dataset's, as Table 5's _random), with a summary (`.json`);
+an evaluation through another Pi than the one whose file is there is refused (move that file away first).
 For --predictions (one program per line, in the order of the split's `.inp`/`.out`, or of a SPoC split's
 `.ids`, whose programs are judged on their problem's hidden test cases), they go to
 `preds.txt.verdicts.jsonl`. Verdicts: correct, wrong_output, compile_error (with the compiler's
@@ -75,6 +76,18 @@ def paper_numbers(s: dict) -> tuple:
         key = (s["method"], s["denoised"], s["split"])
         return (None, None) if s["deep"] else PAPER_TABLE5.get(key, (None, None))
     return PAPER_TABLES.get((s["method"], s["deep"], s["denoised"], s["split"]), (None, None))
+
+
+def pi_noise(record: dict, prefix: str = "") -> dict:
+    """A Pi's noise as a denoiser's checkpoint, a predictor's (prefix denoiser_: the Pi it started from) or an
+    evaluation records it: corruption, own_noise (its dataset's noise, or another's) and paper_table. Where these two
+    are missing (recorded since 481fff2) they are derived as they were meant then: random deletions the one noise other
+    than a dataset's (files _random, Table 5), code and line Table 2's (SansType's, SPoC's)."""
+    noise = {key: record.get(prefix + key) for key in ("corruption", "own_noise", "paper_table")}
+    if noise["corruption"] and prefix + "own_noise" not in record:
+        noise.update(own_noise=noise["corruption"] != "random",
+                     paper_table={"random": "Table 5", "code": "Table 2", "line": "Table 2"}.get(noise["corruption"]))
+    return noise
 
 
 def default_splits(data: str) -> str:
@@ -205,10 +218,11 @@ def evaluate_model(args):
     tokenizer = common.load_tokenizer(spm)
     device = common.pick_device(args.device)
     model = model.to(device)
+    manifest = common.read_manifest(args.data)
+    dataset, authors_splits = manifest["dataset"], manifest.get("authors_splits", [])  # (make_sanstype --released)
     denoiser, denoiser_checkpoint = common.chosen_denoiser(checkpoint, args.denoiser, spm, args.data)
     given = args.denoiser not in (None, "none")  # a test-time Pi's noise names the row, else the one f started from
-    noise = {key: denoiser_checkpoint.get(key) if given else checkpoint.get(f"denoiser_{key}")
-             for key in ("corruption", "own_noise", "paper_table")}
+    noise = pi_noise(denoiser_checkpoint) if given else pi_noise(checkpoint, "denoiser_")
     corruption = noise["corruption"]
     denoiser = denoiser.to(device) if denoiser else None
     error_free = spoc.error_detector(denoiser_checkpoint) if denoiser else None  # SPoC's g
@@ -216,22 +230,28 @@ def evaluate_model(args):
     if method == "composed" and checkpoint.get("init_method") not in (None, "standard"):
         method += "+" + checkpoint["init_method"]
     layers = f"{model.config.encoder_layers}+{model.config.decoder_layers}"  # a run's --layers is each side's
-    manifest = common.read_manifest(args.data)
-    dataset, authors_splits = manifest["dataset"], manifest.get("authors_splits", [])  # (make_sanstype --released)
-    pi_args = denoiser_checkpoint.get("args") if denoiser else checkpoint.get("denoiser_args")  # the Pi it depends on
+    # The run's own Pi (the one it was fine-tuned from; a baseline has none) names its row's Pi seed; the Pi its
+    # outputs went through is test_pi: "own" where it is that one, else its own seed and settings.
+    own_pi = pi_of(checkpoint.get("denoiser_args"))
+    applied = pi_of(denoiser_checkpoint.get("args")) if denoiser else None
+    test_pi = "own" if own_pi and applied == own_pi else applied
+    named = args.denoiser or ("(its own)" if denoiser else None)
     folder = os.path.dirname(args.model)
     common.check_writable(folder, "the model's folder")  # its evaluations go beside it
+    # a Pi of another noise than its dataset's (Table 5's random deletions) gets files of its own
+    suffix = f"{'_denoised' if denoiser else ''}{f'_{corruption}' if noise['own_noise'] is False else ''}"
+    names = {split: f"eval_{split}{suffix}" for split in splits}
+    for name in names.values() if denoiser else ():
+        check_same_pi(os.path.join(folder, name + ".json"), test_pi, named)
     print(f"{args.model} on {common.device_name(device)}", file=sys.stderr)
 
-    for split in splits:
+    for split, name in names.items():
         sources = common.read_lines(os.path.join(args.data, f"{split}.src"))
         _, judge_split = load_judge(args.data, split)
         base = common.translate(model, tokenizer, sources, args.batch_size, progress=True)
         programs = common.denoise(denoiser, tokenizer, base, args.batch_size, error_free, progress=True) \
             if denoiser else base
         verdicts = judge_split(programs)
-        # a Pi of another noise than its dataset's (Table 5's random deletions) gets files of its own
-        name = f"eval_{split}{'_denoised' if denoiser else ''}{f'_{corruption}' if noise['own_noise'] is False else ''}"
         rows = [{"line": i + 1, "prediction": p, **({"base": b} if denoiser else {}), **v}
                 for i, (p, b, v) in enumerate(zip(programs, base, verdicts))]
         write_jsonl(os.path.join(folder, name + ".jsonl"), rows)
@@ -239,12 +259,24 @@ def evaluate_model(args):
                        deep=checkpoint.get("deep", False),
                        preset=checkpoint["args"].get("preset"), **noise, denoised=bool(denoiser),
                        split=split, authors_split=split in authors_splits, model=args.model,
-                       denoiser=args.denoiser or ("(its own)" if denoiser else None),
-                       seed=checkpoint["args"].get("seed"), settings=run_settings(checkpoint["args"]),
-                       pi_seed=pi_args and pi_args.get("seed"), pi=pi_args and run_settings(pi_args))
+                       denoiser=named, seed=checkpoint["args"].get("seed"), settings=run_settings(checkpoint["args"]),
+                       pi_seed=own_pi and own_pi["seed"], pi=own_pi and own_pi["settings"], test_pi=test_pi)
         with open(os.path.join(folder, name + ".json"), "w") as f:
             json.dump(summary, f, indent=1)
         print(result_line(split + " Pi(f(x))" * bool(denoiser), summary))
+
+
+def check_same_pi(path: str, test_pi, named: str | None):
+    """No evaluation writes over one through another Pi (its test_pi; in one made before test_pi was recorded, the
+    --denoiser given): that one is to be moved away first, before any work."""
+    if not os.path.isfile(path):
+        return
+    with open(path) as f:
+        made = json.load(f)
+    key = "test_pi" if "test_pi" in made else "denoiser"
+    if made.get(key) != {"test_pi": test_pi, "denoiser": named}[key]:
+        raise common.UsageError(f"{path} holds an evaluation through another Pi ({made.get('denoiser')}): move it "
+                                "away to keep it")
 
 
 def run_settings(args: dict) -> dict:
@@ -254,6 +286,11 @@ def run_settings(args: dict) -> dict:
 
 # (init: a seed's own standard run; denoiser: a Pi, told apart by its own settings, the evaluations' "pi")
 NOT_SETTINGS = ("seed", "device", "out", "init", "denoiser", "resume", "overwrite")
+
+
+def pi_of(args: dict | None) -> dict | None:
+    """A Pi as an evaluation records it, from the args it trained with: its seed and settings (None: no Pi)."""
+    return args and {"seed": args.get("seed"), "settings": run_settings(args)}
 
 
 def show(x) -> str:
@@ -285,15 +322,17 @@ def group_label(group: list[dict]) -> str:
 
 
 def by_seed(summaries: list[dict]) -> list[list[dict]]:
-    """Runs that differ only by seed, theirs or their Pi's (the same method, settings, split, kind of Pi, ...),
-    together, in the order of their seeds. An evaluation made before evaluate.py recorded seeds stays alone; one made
-    before it recorded Pi's settings is told apart by Pi's path. A group whose runs vary in both seeds becomes two: over
-    Pi's seeds at the seed most Pis have, and over each Pi's seeds where it has several (spread_of says which)."""
+    """Runs that differ only by seed, theirs or their Pi's (the same method, settings, split, kind of Pi, test-time
+    Pi, ...), together, in the order of their seeds. An evaluation made before evaluate.py recorded seeds stays alone;
+    one made before it recorded Pi's settings is told apart by Pi's path. A group whose runs vary in both seeds becomes
+    rows over Pi's seeds at the seed most Pis have and over each Pi's seeds, each where it has several runs, and one
+    more over the runs in none of these (spread_of says over what), so that every run is in a row."""
     groups = {}
     for s in summaries:
         key = tuple(str(s.get(name)) for name in ("dataset", "method", "layers", "deep", "preset", "corruption",
                                                    "denoised", "split", "authors_split"))
         key += (json.dumps(s["pi"], sort_keys=True),) if "pi" in s else (str(s.get("denoiser")),)
+        key += (json.dumps(s.get("test_pi"), sort_keys=True),)
         key += (json.dumps(s["settings"], sort_keys=True),) if "settings" in s else (s["run"],)
         groups.setdefault(key, []).append(s)
     split = []
@@ -302,10 +341,13 @@ def by_seed(summaries: list[dict]) -> list[list[dict]]:
         if len({s.get("pi_seed") for s in group}) > 1 and len({s.get("seed") for s in group}) > 1:
             seeds = [s.get("seed") for s in group]
             seed = max(sorted(set(seeds), key=str), key=seeds.count)  # the seed most Pis have
-            split.append([{**s, "over": "Pi seeds"} for s in group if s.get("seed") == seed])
-            for pi in sorted({s.get("pi_seed") for s in group}, key=str):  # and each Pi's seeds, where it has several
-                runs = [{**s, "over": "seeds"} for s in group if s.get("pi_seed") == pi]
-                split += [runs] * (len(runs) > 1)
+            rows = [("Pi seeds", [s for s in group if s.get("seed") == seed])]
+            rows += [("seeds", [s for s in group if s.get("pi_seed") == pi])  # and each Pi's seeds
+                     for pi in sorted({s.get("pi_seed") for s in group}, key=str)]
+            rows = [(over, runs) for over, runs in rows if len(runs) > 1]
+            rest = [s for s in group if not any(s in runs for _, runs in rows)]
+            rows += [("Pi seeds and seeds", rest)] * bool(rest)
+            split += [[{**s, "over": over} for s in runs] for over, runs in rows]
         else:
             split.append(group)
     return split
@@ -345,13 +387,16 @@ def print_table(args):
     and accuracy side by side, the paper's beside them; then the paired rows (PAIRED): per seed, one row minus
     another, over the seeds both have (and the paper's difference of the same rows)."""
     summaries, unevaluated = [], []
-    for folder in args.table:
+    folders = list(dict.fromkeys(args.table))
+    names = run_names(folders)
+    for folder in folders:
         paths = sorted(glob.glob(os.path.join(folder, "eval_*.json")))
         if not paths and is_predictor(os.path.join(folder, "model.pt")):
             unevaluated.append(folder)
         for path in paths:
             with open(path) as f:
-                summaries.append({**json.load(f), "run": os.path.basename(os.path.normpath(folder))})
+                s = json.load(f)
+            summaries.append({**s, **pi_noise(s), "run": names[folder]})
     if not summaries:
         raise common.UsageError(f"no eval_*.json in {' '.join(args.table)}: run evaluate.py on a model first")
     rank = lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)  # noqa: E731
@@ -363,6 +408,19 @@ def print_table(args):
     print(markdown_table(groups, paired))
     if unevaluated:
         print(f"not evaluated (no eval_*.json): {' '.join(unevaluated)}", file=sys.stderr)
+
+
+def run_names(folders: list[str]) -> dict:
+    """Each run folder's name in the table: its last part, with as many of its parents as tell it from every other
+    folder given (runs/a/standard and runs/b/standard: a/standard and b/standard)."""
+    parts = {folder: os.path.abspath(folder).split(os.sep) for folder in folders}
+
+    def name(folder):
+        mine, k = parts[folder], 1
+        while k < len(mine) and any(parts[other][-k:] == mine[-k:] for other in folders if other != folder):
+            k += 1
+        return "/".join(mine[-k:])
+    return {folder: name(folder) for folder in folders}
 
 
 def markdown_table(groups: list[list[dict]], paired: list) -> str:
@@ -395,13 +453,23 @@ def markdown_table(groups: list[list[dict]], paired: list) -> str:
     return "\n".join(lines)
 
 
+# A paired row compares methods: what a method sets (its rate, epochs, dropout, Eq. 1's estimator, ...) may differ
+# between the runs it pairs; the data and how much of it, the preset, the model's size, the optimizer's constants that
+# every method shares and the precision must be the same.
+SAME_IN_PAIRS = ("data", "labeled", "preset", "d_model", "n_heads", "layers", "d_ff", "weight_decay", "clip_norm",
+                 "precision")
+
+
 def comparable(a: dict, b: dict) -> bool:
-    """Rows PAIRED compares: a pair of its kinds, the same data, preset, size and split, and the same denoiser's
-    noise where both have one (standard from Table 5's Pi is not compared with composed through the code Pi)."""
+    """Rows PAIRED compares: a pair of its kinds, the same data, preset, size and split, the same SAME_IN_PAIRS
+    settings, and where both have one: the same spread, Pi settings (the Pi they were fine-tuned from),
+    test-time Pi and denoiser's noise (standard from Table 5's Pi is not compared with composed through the code Pi)."""
     same = all(a.get(key) == b.get(key) for key in ("dataset", "preset", "layers", "split", "authors_split"))
-    same &= None in (a.get("over"), b.get("over")) or a["over"] == b["over"]  # a baseline has no Pi: either spread
-    noise = a["corruption"] is None or b["corruption"] is None or a["corruption"] == b["corruption"]
-    return same and noise and ((a["method"], a["denoised"]), (b["method"], b["denoised"])) in PAIRED
+    same &= all(None in (a.get(key), b.get(key)) or a[key] == b[key]  # (a baseline has no Pi: either spread)
+                for key in ("over", "pi", "test_pi", "corruption"))
+    if "settings" in a and "settings" in b:
+        same &= all(a["settings"].get(name) == b["settings"].get(name) for name in SAME_IN_PAIRS)
+    return same and ((a["method"], a["denoised"]), (b["method"], b["denoised"])) in PAIRED
 
 
 def seed_by_seed(a: list[dict], b: list[dict]) -> tuple[list, list] | None:
@@ -420,9 +488,13 @@ def seed_by_seed(a: list[dict], b: list[dict]) -> tuple[list, list] | None:
 
 def row_name(group: list[dict]) -> str:
     """The runs, and + Pi where a test-time denoiser repaired their outputs; a composed run is Pi(f(x)) by itself, so
-    there it is "f alone" that is said. A Pi of another noise than its dataset's (Table 5's) is named."""
+    there it is "f alone" that is said. A Pi of another noise than its dataset's (Table 5's) is named, and by its seed
+    a test-time Pi of runs that have a Pi of their own (the one they were fine-tuned from) but not this one."""
     s = group[0]
-    noise = f" ({s['corruption']} Pi)" if s.get("own_noise") is False else ""
+    named = [s["corruption"]] * (s.get("own_noise") is False) + ["Pi"]
+    if isinstance(s.get("test_pi"), dict) and s.get("pi_seed") is not None:  # not the Pi they were fine-tuned from
+        named.append(f"seed {s['test_pi']['seed']}")
+    noise = f" ({' '.join(named)})" if len(named) > 1 else ""
     if s["method"].startswith("composed"):
         return group_label(group) + ("" if s["denoised"] else " f alone") + noise
     return group_label(group) + (" + Pi" if s["denoised"] else "") + noise
@@ -439,28 +511,29 @@ CURVE_COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (
 
 def draw_curves(args, size=(720, 440), margin=(60, 30, 190, 40)):
     """--curves: each run's validation loss by epoch (its last.pt's history), one line per run, on a log scale;
-    a dot marks the epoch it kept (its best)."""
-    runs = {}
+    a dot marks the epoch it kept (its best). The epochs start at the first any run has: composed's 0 is the f it
+    starts from, which it may keep."""
+    runs, names = {}, run_names(args.curves)
     for folder in args.curves:
         path = os.path.join(folder, "last.pt")
         history = common.load_checkpoint(path, needs=("state",))["state"]["history"]
-        runs[os.path.basename(os.path.normpath(folder))] = [(h["epoch"], h["val_loss"]) for h in history]
+        runs[names[folder]] = [(h["epoch"], h["val_loss"]) for h in history]
     left, top, right, bottom = margin
     w, h = size[0] - left - right, size[1] - top - bottom
-    epochs = max(e for points in runs.values() for e, _ in points)
+    first, epochs = (f(e for points in runs.values() for e, _ in points) for f in (min, max))
     low, high = (math.log10(f([v for points in runs.values() for _, v in points])) for f in (min, max))
     low, high = math.floor(low * 5) / 5, math.ceil(high * 5) / 5  # tick every 10^0.2
     img = Image.new("RGB", size, "white")
     draw, font = ImageDraw.Draw(img), ImageFont.load_default(size=12)
 
     def to_px(epoch, loss):
-        return left + w * (epoch - 1) / max(1, epochs - 1), top + h * (high - math.log10(loss)) / (high - low)
+        return left + w * (epoch - first) / max(1, epochs - first), top + h * (high - math.log10(loss)) / (high - low)
     for k in range(round((high - low) * 5) + 1):  # y ticks and grid
         y = 10 ** (low + k / 5)
         draw.line([left, to_px(1, y)[1], left + w, to_px(1, y)[1]], fill=(225, 225, 225))
         draw.text((left - 6, to_px(1, y)[1]), f"{y:.3g}", fill="black", font=font, anchor="rm")
     step = max(1, round(epochs / 8))
-    for epoch in sorted({1, epochs, *range(step, epochs, step)}):
+    for epoch in sorted({first, epochs, *range(step, epochs, step)}):
         draw.text((to_px(epoch, 1)[0], top + h + 6), str(epoch), fill="black", font=font, anchor="ma")
     draw.rectangle([left, top, left + w, top + h], outline="black")
     draw.text((left + w / 2, size[1] - 6), "epoch", fill="black", font=font, anchor="md")
@@ -497,6 +570,7 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=64, help="programs decoded at once")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     args = parser.parse_args(argv)
+    common.check_ranges(parser, args, at_least_1="batch_size")
     if sum(map(bool, (args.model, args.table, args.predictions, args.curves))) != 1:
         parser.error("give one of: a model checkpoint, --table RUN_DIR..., --predictions FILE, --curves RUN_DIR...")
     mode = "--table" if args.table else "--predictions" if args.predictions else "--curves" if args.curves else \

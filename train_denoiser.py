@@ -65,27 +65,30 @@ DATASET_CHANGES = {"sanstype": dict(corruption="code"), "spoc": dict(corruption=
                    "molecules": dict(corruption="smiles"), "task": dict(corruption="edits"),
                    ("spoc", "smoke"): dict(unlabeled=0), ("molecules", "cpu"): dict(epochs=20, patience=20)}
 # The noises Pi learns to undo, each registered here once: what it does to an output, what --help says of it, and the
-# paper's table its rows are compared with (a checkpoint carries it to evaluate.py's table).
+# paper's table its rows are compared with, by dataset (a checkpoint carries it to evaluate.py's table). The paper
+# has SansType with its code noise (Table 2) and with random deletions (Table 5), and SPoC with its one-line noise
+# (Table 2): any other pairing, e.g. a SansType Pi of SPoC's noise, has no paper numbers beside it.
 class Corruption(NamedTuple):
     corrupt: Callable  # (output, rng, args, tokenizer) -> the output corrupted
     help: str
-    paper_table: str | None
+    paper_tables: dict  # dataset -> the paper's table its rows are compared with
 
 
 CORRUPTIONS = {
     "code": Corruption(lambda code, rng, args, tokenizer: common.corrupt_code(code, rng, args.num_corruptions),
-                       "SansType's: Appendix C's statement-level type, stream and print edits", "Table 2"),
+                       "SansType's: Appendix C's statement-level type, stream and print edits",
+                       {"sanstype": "Table 2"}),
     "random": Corruption(lambda code, rng, args, tokenizer: common.delete_random_words(code, rng,
                                                                                        args.deletion_probability),
-                         "drop each word of a statement", "Table 5"),
+                         "drop each word of a statement", {"sanstype": "Table 5"}),
     "line": Corruption(lambda code, rng, args, tokenizer: spoc.corrupt_one_line(code, rng),
                        "SPoC's: Appendix E's one-line insertion, deletion or replacement of a keyword, identifier or "
-                       "symbol", "Table 2"),
+                       "symbol", {"spoc": "Table 2"}),
     "smiles": Corruption(lambda smiles, rng, args, tokenizer: common.corrupt_smiles(smiles, rng),
-                         "molecules': 1-2 edits of an atom, ring digit, branch, bond or fragment", None),
+                         "molecules': 1-2 edits of an atom, ring digit, branch, bond or fragment", {}),
     "edits": Corruption(lambda text, rng, args, tokenizer: common.corrupt_pieces(
         text, rng, tokenizer, tuple(map(float, args.edit_rates.split(",")))),
-        "a task of your own (make_task.py): at least one piece deleted, inserted, substituted or swapped", None),
+        "a task of your own (make_task.py): at least one piece deleted, inserted, substituted or swapped", {}),
 }
 EDIT_RATES = "0.03,0.03,0.03,0.03"  # --corruption edits: about one edit in 8 pieces
 
@@ -180,8 +183,7 @@ def train(args):
     spoc_cases = spoc.read_cases(args.data, "val") if args.dataset == "spoc" else None
 
     own = args.corruption == DATASET_CHANGES[args.dataset]["corruption"]  # the dataset's noise, or another's
-    # The paper's tables are SansType's, and SPoC's with its own noise.
-    paper_table = CORRUPTIONS[args.corruption].paper_table if own or args.dataset == "sanstype" else None
+    paper_table = CORRUPTIONS[args.corruption].paper_tables.get(args.dataset)
     detector = None if args.error_detector == "none" else args.error_detector
     extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption, "own_noise": own,
              "paper_table": paper_table, "error_detector": detector}

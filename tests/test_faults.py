@@ -236,9 +236,6 @@ ZERO_MEANS = {"warmup_steps": "no warm-up", "warmup_start_lr": "the warm-up star
               "duplicate_mse": "only identical fonts are duplicates",
               "fonts.py unlabeled": "Pi learns from the labeled training glyphs alone"}
 NEGATIVE_MEANS = {"gamma": "the clamp's floor on a log-probability"}
-# Still accepted, to be refused in evaluate.py (another change): here so that the sweep stays green meanwhile, and
-# strict: once refused, the test says to drop it from this set.
-PENDING = {("evaluate.py", "--batch-size")}
 
 
 class Accepted(Exception):
@@ -346,16 +343,13 @@ def test_every_number_flags_bad_value_is_one_line_exit_2_and_writes_nothing(work
     monkeypatch.setattr(staircase, "run", accepted)  # (staircase.py's, without run_main)
     monkeypatch.setattr(staircase, "sweep", accepted)
     monkeypatch.chdir(scratch)  # where a default output (runs/..., data/...) would land
-    before, problems, pending = snapshot(work), {}, set()
+    before, problems = snapshot(work), {}
     for script, argv, flag in cases:
         try:
             SCRIPTS[script](argv)
             problems.setdefault((script, argv[-1], "returned"), argv)
         except Accepted:
-            if (script, flag) in PENDING:
-                pending.add((script, flag))
-            else:
-                problems.setdefault((script, argv[-1], "accepted"), argv)
+            problems.setdefault((script, argv[-1], "accepted"), argv)
         except SystemExit as exit_:
             err = capsys.readouterr().err.strip()
             if exit_.code != 2 or len(err.splitlines()) != 1 or flag not in err:
@@ -365,5 +359,4 @@ def test_every_number_flags_bad_value_is_one_line_exit_2_and_writes_nothing(work
         capsys.readouterr()
     assert not problems, "\n".join(f"{script} {value}: {what} (as in {' '.join(argv)})"
                                     for (script, value, what), argv in problems.items())
-    assert pending == PENDING, f"refused now: drop {PENDING - pending} from PENDING"
     assert snapshot(work) == before, "wrote something"

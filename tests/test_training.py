@@ -388,7 +388,7 @@ def test_a_corruption_registered_once_reaches_the_help_and_the_table(data, tmp_p
     evaluate.py's table, with no paper numbers beside them, and its evaluations go into files of their own (it is not
     the dataset's noise), beside those without it."""
     monkeypatch.setitem(train_denoiser.CORRUPTIONS, "reverse", train_denoiser.Corruption(
-        lambda text, rng, args, tokenizer: " ".join(reversed(text.split())), "the words in reverse order", None))
+        lambda text, rng, args, tokenizer: " ".join(reversed(text.split())), "the words in reverse order", {}))
     with pytest.raises(SystemExit):
         train_denoiser.main(["--data", str(data), "--help"])
     assert "reverse: the words in reverse order" in " ".join(capsys.readouterr().out.split())
