@@ -431,16 +431,20 @@ def markdown_table(groups: list[list[dict]], paired: list) -> str:
     for a, b, (compiled, accuracy) in paired:
         minus = f"({row_name(b)})" if " + " in row_name(b) else row_name(b)
         differences.setdefault(f"{row_name(a)} - {minus}, paired", {})[split_name(a[0])] = (a, b, compiled, accuracy)
-    lines = ["| runs (seeds) | " + " | ".join(f"{split} compiled | {split} accuracy" for split in splits) + " | " +
-             " | ".join(f"paper: {split} compiled / accuracy" for split in splits) + " |",
-             "| --- " * (1 + 3 * len(splits)) + "|"]
+    # A task of one's own and the molecules are judged as valid and exact, and the paper has no numbers for them.
+    judged = ("valid", "exact") if all(g[0].get("dataset") in ("task", "molecules") for g in groups) else \
+        ("compiled", "accuracy")
+    with_paper = judged[0] == "compiled"
+    lines = ["| runs (seeds) | " + " | ".join(f"{split} {judged[0]} | {split} {judged[1]}" for split in splits) +
+             "".join(f" | paper: {split} compiled / accuracy" for split in splits if with_paper) + " |",
+             "| --- " * (1 + (2 + with_paper) * len(splits)) + "|"]
     for name, by_split in rows.items():
         ours = [spread([percent(r[key]) for r in by_split[split]]) if split in by_split else ""
                 for split in splits for key in ("compiled", "accuracy")]
         papers = [paper_numbers(by_split[split][0]) if split in by_split else (None, None) for split in splits]
         theirs = [" / ".join(show(x).strip() for x in paper) if paper != (None, None) else "" for paper in papers]
         group = next(iter(by_split.values()))
-        lines.append(f"| {name} ({counted(len(group), group)}) | " + " | ".join(ours + theirs) + " |")
+        lines.append(f"| {name} ({counted(len(group), group)}) | " + " | ".join(ours + theirs * with_paper) + " |")
     for name, by_split in differences.items():
         ours = [spread(by_split[split][k], "+") if split in by_split else "" for split in splits for k in (2, 3)]
         theirs = []
@@ -449,7 +453,7 @@ def markdown_table(groups: list[list[dict]], paired: list) -> str:
             theirs.append(" / ".join(f"{x - y:+.1f}" if None not in (x, y) else "-" for x, y in zip(a, b))
                           if (None, None) not in (a, b) else "")
         a, _, _, accuracy = next(iter(by_split.values()))
-        lines.append(f"| {name} ({counted(len(accuracy), a)}) | " + " | ".join(ours + theirs) + " |")
+        lines.append(f"| {name} ({counted(len(accuracy), a)}) | " + " | ".join(ours + theirs * with_paper) + " |")
     return "\n".join(lines)
 
 

@@ -194,3 +194,15 @@ def test_the_curves_show_the_epoch_0_composed_keeps(tmp_path):
     assert min(xs) >= left - 3  # nothing left of the frame (but the mark's radius)
     kept = [(x, y) for x in range(left - 3, left + 4) for y in range(height - bottom - 3, height - bottom + 4)]
     assert any(image.getpixel(p) == color for p in kept)  # loss 1.0 is the axis' lowest: the frame's corner
+
+
+def test_a_tasks_table_is_headed_as_the_task_is_judged(tmp_path, capsys):
+    """--table on runs of a task of one's own (or molecules): valid and exact, and no paper columns (it has none)."""
+    for folder, name, summary in [made_up(f"standard_{s}", "standard", 90 + s, s, dataset="task", corruption="edits",
+                                          own_noise=True, paper_table=None) for s in range(2)]:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / f"{name}.json").write_text(json.dumps(summary))
+    evaluate.main(["--table", *(str(tmp_path / f"standard_{s}") for s in range(2))])
+    assert capsys.readouterr().out.splitlines() == [
+        "| runs (seeds) | test valid | test exact |", "| --- | --- | --- |",
+        "| standard_{0,1} (2 seeds) | 50.0 ± 0.0 | 90.5 ± 0.7 |"]
