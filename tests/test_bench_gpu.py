@@ -46,7 +46,7 @@ def test_the_fidelity_stage_dry_runs_and_prints_its_table(tmp_path):
                              "--seeds", "0"], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = [line for line in result.stdout.splitlines() if line.startswith("| ")]
-    assert [row.split(" | ")[0] for row in rows[1:]] == [
+    assert [row.split(" | ")[0] for row in rows[2:]] == [
         f"| {method}, {d}, {x}" for method in ("standard", "baseline") for d in ("ours", "authors")
         for x in ("bf16", "fp32")] + ["| standard: authors - ours, bf16, paired", "| standard: authors - ours, fp32, paired",
                                      "| standard: fp32 - bf16, ours Pi, paired", "| standard: fp32 - bf16, authors Pi, paired"]
