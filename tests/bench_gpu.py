@@ -389,7 +389,9 @@ def main():
     for stage in stages:
         if stage == "data":
             released = ["--released", os.path.abspath(args.released)] if args.released else []
-            sizes = SMOKE_DATA[2 * bool(released):] if args.preset == "smoke" else []  # (released: its train)
+            sizes = SMOKE_DATA if args.preset == "smoke" else []
+            if released:  # the released train is taken as it is: no --labeled
+                sizes = [flag for pair in zip(sizes[::2], sizes[1::2]) if pair[0] != "--labeled" for flag in pair]
             seconds = run([sys.executable, os.path.join(ROOT, "make_sanstype.py"), *sizes, *released], args.work,
                           os.path.join(args.work, "data.log"), deadline)
             print(f"data: {seconds:.0f} s", flush=True)
