@@ -11,12 +11,13 @@ Table of contents
   5. Checkpoints and run folders  self-contained model files; a finished run is never replaced unasked
   6. Training loop              batches, early stopping, resume, learning-rate schedules, bf16; no waiting on a GPU;
                                 one step, from a batch to the optimizer's step, just above section 7
-  7. Losses                     composed fine-tuning's loss (Eq. 1) and its estimators; sequence cross entropy
+  7. The method's losses        Eq. 1 (composed_loss) with its settings (EQ1) and its estimators, the REINFORCE
+                                baseline, the validation criterion that keeps an epoch; sequence cross entropy
   8. Settings and command line  the presets' columns and the architecture (Pi's and f's); flags with the preset's
                                 (or a resumed run's) values, one-line errors, progress
 
 The judge (compile and run programs, safely and in batches) is judge.py, a module of its own; what only
-SPoC needs (its noise, test cases and error detector g) is in spoc.py.
+SPoC needs (its noise and test cases) is in spoc.py.
 """
 
 import argparse
@@ -890,6 +891,17 @@ def chosen_denoiser(checkpoint: dict, flag: str | None, spm: bytes, data: str):
     return None, None
 
 
+def error_detector(checkpoint: dict) -> Callable | None:
+    """The error detector g a denoiser's checkpoint names (train_denoiser.py --error-detector), as a function from
+    outputs to whether g passes each (Pi then leaves those as they are), or None: compile, g++ (SPoC's, Appendix E);
+    valid, the validity command of the task folder Pi was trained on (make_task.py --valid-command)."""
+    if checkpoint.get("error_detector") == "compile":
+        return judge.compiles
+    if checkpoint.get("error_detector") == "valid":
+        return lambda outputs: valid_outputs(checkpoint["valid_data"], outputs)
+    return None
+
+
 def check_writable(path: str, flag: str = "--out", folder: str | None = None):
     """Refuse, before any work and creating nothing, an output folder (or a file in `folder`) that cannot be
     written: one under a file, or in a folder this user may not write to."""
@@ -930,7 +942,8 @@ def claim_output(args):
 
 
 # What a resumed run may change: how long it goes on, where it runs, how often it reports. Anything else (its data
-# too) would make it another run than the one it continues.
+# too) would make it another run than the one it continues. (--epochs under a linear schedule also moves the rest of the
+# decay, which ends at the last epoch: the run then ends unlike an unbroken one of either length.)
 MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
 
 
@@ -1155,7 +1168,7 @@ def learning_rate_factor(step: int, args, total_steps: int) -> float:
 
 
 def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
-        denoiser=None, error_free=None):
+        denoiser=None, error_free=None, val_share=None):
     """Train with AdamW, validate after every epoch, keep the best epoch in out_dir/model.pt (the latest in
     last.pt, for --resume) and stop after `args.patience` epochs without a better one. train_pairs_for_epoch(
     epoch) gives that epoch's (src, tgt) id pairs (the denoiser corrupts afresh each epoch); `trainable` may
@@ -1163,7 +1176,8 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     epoch) may add a note to an epoch's line. With a frozen `denoiser` Pi (on the device, in eval mode), the model
     is composed fine-tuning's f: it trains on minus Eq. 1 (composed_loss, with args' settings; error_free: SPoC's
     g) and keeps the epoch where Pi(f(x)) has the lowest validation loss (composed_validation_loss), epoch 0 (the f
-    it starts from) included."""
+    it starts from) included. val_share(model), if given, is a judged share of val (--keep-by exact or valid) that
+    picks the kept epoch before the loss does (kept_before)."""
     device = pick_device(args.device)
     model.to(device)
     val_batches = device_batches(val_pairs, validation_batch_size(val_pairs, args.batch_size, device), device)
@@ -1171,7 +1185,8 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
                                   fused=device.type == "cuda")  # one kernel for every weight's update
     last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
     last = checkpoint_to_resume(last_path) if args.resume else None
-    state = last["state"] if last else {"epoch": 0, "best_loss": float("inf"), "best_epoch": 0, "history": []}
+    state = last["state"] if last else {"epoch": 0, "best_loss": float("inf"), "best_share": None, "best_epoch": 0,
+                                        "history": []}
 
     def batches_of(epoch):  # random order and ties, the same for a seed's epoch whatever --epochs
         return batches(train_pairs_for_epoch(epoch), args.batch_size, random.Random(f"{args.seed}-batch order-{epoch}"),
@@ -1198,11 +1213,12 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
         started = time.time()                           # kept if no composed epoch does better
         with autocast(args.precision, device):
             val_loss = composed_validation_loss(model, denoiser, val_batches, error_free, args.gamma)
-        state["best_loss"] = val_loss
+            share = val_share(model) if val_share else None
+        state["best_loss"], state["best_share"] = val_loss, share
         save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=0))
         state["history"].append({"epoch": 0, "train_loss": float("nan"), "val_loss": val_loss,
-                                 "seconds": time.time() - started})
-        print(f"epoch 0 (f as it starts): val loss {val_loss:.4f}", file=sys.stderr, flush=True)
+                                 **({"val_share": share} if val_share else {}), "seconds": time.time() - started})
+        print(f"epoch 0 (f as it starts): val loss {val_loss:.4f}{shown(share, args)}", file=sys.stderr, flush=True)
     while state["epoch"] < args.epochs and state["epoch"] - state["best_epoch"] < args.patience:
         epoch, started = state["epoch"] + 1, time.time()
         smoothing = label_smoothing_at(epoch, args.label_smoothing)
@@ -1211,17 +1227,19 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
         with autocast(args.precision, device):
             val_loss = validation_loss(model, val_batches) if denoiser is None else \
                 composed_validation_loss(model, denoiser, val_batches, error_free, args.gamma)  # of Pi(f(x))
+            share = val_share(model) if val_share else None
         state["epoch"] = epoch
-        improved = val_loss < state["best_loss"]
+        improved = kept_before((share, val_loss), (state.get("best_share"), state["best_loss"]))
         if improved:
-            state["best_loss"], state["best_epoch"] = val_loss, epoch
+            state["best_loss"], state["best_share"], state["best_epoch"] = val_loss, share, epoch
             save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=epoch))
         notes = on_epoch(model, epoch) if on_epoch else ""
         seconds = time.time() - started  # the epoch with its validation and reports
-        state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds,
+        state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss,
+                                 **({"val_share": share} if val_share else {}), "seconds": seconds,
                                  **({"notes": notes} if notes else {})})
-        print(f"epoch {epoch}: train loss {train_loss:.4f}, val loss {val_loss:.4f}{' (best)' if improved else ''}"
-              f"{notes}; {seconds:.1f} s", file=sys.stderr, flush=True)
+        print(f"epoch {epoch}: train loss {train_loss:.4f}, val loss {val_loss:.4f}{shown(share, args)}"
+              f"{' (best)' if improved else ''}{notes}; {seconds:.1f} s", file=sys.stderr, flush=True)
         save_checkpoint(last_path, checkpoint(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
                                               state=state, rng=random_states(device)))
     model.requires_grad_(True)
@@ -1231,8 +1249,9 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
 def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, epoch: int, label_smoothing: float,
                     denoiser=None, error_free=None) -> float:
     """One pass over the epoch's batches; the mean training loss per target token. A step's loss is -log p(y|x)
-    or, with a frozen denoiser Pi, minus Eq. 1 (composed_loss, just below). Nothing in the loop waits for the GPU:
-    the loss is summed on the device and read only for a progress line and at the end."""
+    or, with a frozen denoiser Pi, minus Eq. 1 (composed_loss, just below). Nothing in the loop waits for the GPU
+    (but Pi's error detector g, which reads each step's samples as text on the host): the loss is summed on the device
+    and read only for a progress line and at the end."""
     model.train()
     meter = Progress(len(epoch_batches), f"epoch {epoch}/{args.epochs}", every_seconds=30)
     total = torch.zeros((), dtype=torch.float64, device=device)
@@ -1258,8 +1277,18 @@ def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, ep
 
 
 # ============================================================================
-# 7. Losses
+# 7. The method's losses: Eq. 1 with its settings, its estimators, the REINFORCE baseline, the validation criterion
+#    that keeps an epoch; then the plain cross entropy they are built from
 # ============================================================================
+
+# Eq. 1's settings, in every preset (a flag given wins; composed_loss reads them from the run's args). REINFORCE with
+# one sample and the batch baseline, as good on validation as two samples at the same compute, at 3x a standard
+# step's cost instead of 5x (EXPERIMENTS.md, "the REINFORCE estimator"); composed_weight 0.1 is REINFORCE's (Appendix
+# D); the straight-through estimators want 1 (at 0.1 they are level with no term at all), tau is gumbel's temperature
+# (EXPERIMENTS.md, "straight-through and Gumbel"); gamma, the clamp's floor; lam, the direct term's weight.
+EQ1 = dict(estimator="reinforce", samples=1, reinforce_baseline="batch", clamp="reward", gamma=-50.0,
+           composed_weight=0.1, lam=1.0, tau=1.0)
+
 
 def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: float, error_free=None,
                   max_len: int | None = None):
@@ -1273,7 +1302,7 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: 
     sample_log_probs'); or straight-through and gumbel, biased (relaxed_rows). Both terms are summed over tokens and
     divided by the batch's gold tokens, as Eq. 1 weighs them; composed_weight scales the first (REINFORCE's 0.1,
     Appendix D). settings: the run's args, whose values of these names (samples, estimator, reinforce_baseline, clamp,
-    gamma, composed_weight, lam, tau) are finetune.ESTIMATOR's unless a flag said otherwise. error_free: SPoC's g
+    gamma, composed_weight, lam, tau) are EQ1's (just above) unless a flag said otherwise. error_free: SPoC's g
     (Appendix E), a bool per y'. max_len, for tests: the samples' limit (default: 16 tokens past the longest gold
     program; cutting there is part of the sampling distribution, for which the estimator is exact).
     y' is drawn with dropout off, as f predicts at test time; log p_theta(y'|x) is scored with f in training mode,
@@ -1306,32 +1335,6 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: 
     return s.composed_weight * composed / samples / (tgt_out != PAD_ID).sum() + s.lam * direct   # minus Eq. 1
 
 
-def sequence_loss(logits, targets, label_smoothing: float = 0.0):
-    """Mean cross entropy per target token (padding ignored), optionally label-smoothed:
-    (1 - eps) * -log p(y_t) + eps * mean over the vocabulary of -log p(v)."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=PAD_ID,
-                           label_smoothing=label_smoothing)
-
-
-def log_likelihood(logits, targets):
-    """log p(targets) (B,): each row's token log-probabilities summed, padding skipped, under the distribution the
-    decoders draw from (PAD and BOS impossible, as in decode_step)."""
-    logits = logits.float().masked_fill(never_generated_mask(logits, logits.shape[-1]), float("-inf"))
-    token = F.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
-    return token.masked_fill(targets == PAD_ID, 0.0).sum(dim=1)  # (not * mask: -inf * 0 is nan)
-
-
-def shift_right(tokens):
-    """A decoder's input for teacher forcing on `tokens`: BOS, then every token but the last."""
-    return F.pad(tokens[:, :-1], (1, 0), value=BOS_ID)
-
-
-def same_sequences(a, b):
-    """Row by row, whether two PAD-padded id tensors hold the same sequence."""
-    width = max(a.shape[1], b.shape[1])
-    return (F.pad(a, (0, width - a.shape[1]), value=PAD_ID) == F.pad(b, (0, width - b.shape[1]), value=PAD_ID)).all(1)
-
-
 @torch.no_grad()
 def sample_outputs(model, src, samples: int, max_len: int) -> Decoded:
     """`samples` outputs y' ~ p_theta(.|x) per source (one after another), drawn with dropout off, as f
@@ -1351,6 +1354,16 @@ def sample_log_probs(f_logits, y_prime: Decoded, clamp: str, gamma: float, max_l
         return released_sample_log_probs(f_logits, chosen, y_prime.lengths, max_len).clamp(min=gamma)
     log_p_sample = log_likelihood(f_logits, chosen)
     return log_p_sample.clamp(min=gamma) if clamp == "sample" else log_p_sample
+
+
+def released_sample_log_probs(f_logits, chosen, lengths, max_len: int):
+    """log p_theta(y'|x) as the released code computes it (finetune.py --clamp padded-sample): summed over every
+    position of the batch's samples padded to the longest, the padding after a sample's end scored as the padding
+    token (which f never learns to predict), nothing masked. Clamped at gamma, a sample shorter than the longest
+    of its batch is almost always clamped, and a clamped sample gets no gradient."""
+    longest = (lengths + (lengths < max_len)).max()  # the longest sample, with its EOS if it chose one
+    token = F.log_softmax(f_logits, dim=-1).gather(-1, chosen[..., None]).squeeze(-1)
+    return token.masked_fill(torch.arange(chosen.shape[1], device=chosen.device) >= longest, 0.0).sum(dim=1)
 
 
 def relaxed_rows(f_logits, noisy, estimator: str, tau: float = 1.0):
@@ -1376,16 +1389,6 @@ def gumbel_given_argmax(log_p, tokens):
     top = -torch.empty_like(log_p[..., :1]).exponential_().log()                # the maximum's value
     others = log_p - torch.empty_like(log_p).exponential_().log()               # Gumbel(log p_i)
     return (-torch.logaddexp(-top, -others)).scatter(-1, tokens[..., None], top)  # truncated: -log(e^-top + e^-g)
-
-
-def released_sample_log_probs(f_logits, chosen, lengths, max_len: int):
-    """log p_theta(y'|x) as the released code computes it (finetune.py --clamp padded-sample): summed over every
-    position of the batch's samples padded to the longest, the padding after a sample's end scored as the padding
-    token (which f never learns to predict), nothing masked. Clamped at gamma, a sample shorter than the longest
-    of its batch is almost always clamped, and a clamped sample gets no gradient."""
-    longest = (lengths + (lengths < max_len)).max()  # the longest sample, with its EOS if it chose one
-    token = F.log_softmax(f_logits, dim=-1).gather(-1, chosen[..., None]).squeeze(-1)
-    return token.masked_fill(torch.arange(chosen.shape[1], device=chosen.device) >= longest, 0.0).sum(dim=1)
 
 
 def reinforce_baseline(rewards, kind: str):
@@ -1423,6 +1426,45 @@ def composed_validation_loss(f, denoiser, val_batches, error_free, gamma: float)
     return (total / tokens).item()  # a CPU-GPU sync point, once per validation
 
 
+def kept_before(candidate: tuple, best: tuple) -> bool:
+    """Whether an epoch's (val share, val loss) beats the best so far: a higher judged share (--keep-by exact or
+    valid), ties broken by a lower loss; without a share (--keep-by loss), the lower loss."""
+    (share, loss), (best_share, best_loss) = candidate, best
+    if share is None or best_share is None or share == best_share:
+        return loss < best_loss
+    return share > best_share
+
+
+def shown(share: float | None, args) -> str:
+    return "" if share is None else f", val {args.keep_by} {100 * share:.1f}%"
+
+
+def sequence_loss(logits, targets, label_smoothing: float = 0.0):
+    """Mean cross entropy per target token (padding ignored), optionally label-smoothed:
+    (1 - eps) * -log p(y_t) + eps * mean over the vocabulary of -log p(v)."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=PAD_ID,
+                           label_smoothing=label_smoothing)
+
+
+def log_likelihood(logits, targets):
+    """log p(targets) (B,): each row's token log-probabilities summed, padding skipped, under the distribution the
+    decoders draw from (PAD and BOS impossible, as in decode_step)."""
+    logits = logits.float().masked_fill(never_generated_mask(logits, logits.shape[-1]), float("-inf"))
+    token = F.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+    return token.masked_fill(targets == PAD_ID, 0.0).sum(dim=1)  # (not * mask: -inf * 0 is nan)
+
+
+def shift_right(tokens):
+    """A decoder's input for teacher forcing on `tokens`: BOS, then every token but the last."""
+    return F.pad(tokens[:, :-1], (1, 0), value=BOS_ID)
+
+
+def same_sequences(a, b):
+    """Row by row, whether two PAD-padded id tensors hold the same sequence."""
+    width = max(a.shape[1], b.shape[1])
+    return (F.pad(a, (0, width - a.shape[1]), value=PAD_ID) == F.pad(b, (0, width - b.shape[1]), value=PAD_ID)).all(1)
+
+
 # ============================================================================
 # 8. Settings and command line: presets, flags, one-line errors, progress lines
 # ============================================================================
@@ -1449,11 +1491,11 @@ def add_training_args(parser):
     parser.add_argument("--preset", choices=("cpu", "paper", "smoke"), default="cpu",
                         help="cpu (default): minutes on 2 cores; paper: the paper's sizes, for a GPU; smoke: tests")
     for flag, kind, text in [
-            ("--epochs", int, "maximum epochs"), ("--batch-size", int, "programs per batch"),
+            ("--epochs", int, "maximum epochs"), ("--batch-size", int, "examples per batch"),
             ("--lr", float, "peak learning rate of AdamW"),
             ("--warmup-steps", int, "linear warm-up (--lr-schedule linear: at most a tenth of the run)"),
             ("--warmup-start-lr", float, "the rate the warm-up starts from"),
-            ("--patience", int, "stop after this many epochs without a better validation loss"),
+            ("--patience", int, "stop after this many epochs without a better one (finetune.py: by --keep-by)"),
             ("--d-model", int, "the model's width"), ("--n-heads", int, "attention heads"),
             ("--layers", int, "encoder and decoder layers each"), ("--d-ff", int, "the feed-forward layer's width"),
             ("--dropout", float, "on the residual branches and the embeddings"),
@@ -1480,6 +1522,9 @@ def add_training_args(parser):
                         "removing its checkpoints and evaluations")
 
 
+TASK_WORDS = " A task folder (make_task.py): read program and code as your outputs, pseudocode as your inputs."
+
+
 def parse_training_args(parser, argv, preset_of, run_folder):
     """The one place a training run's settings are resolved: every flag's default is the value the run will use,
     the preset's (its column of ARCHITECTURE, and preset_of(dataset, the flags --data, --preset, --method, --out))
@@ -1494,7 +1539,10 @@ def parse_training_args(parser, argv, preset_of, run_folder):
     try:
         dataset = read_dataset(known.data)
         parser.set_defaults(**column(ARCHITECTURE, dataset, known.preset), **preset_of(dataset, known))
-        parser.epilog = f"Defaults: the {known.preset} preset's for {known.data}; a flag given wins."
+        methods = "--method" in parser._option_string_actions and not known.method  # finetune.py, none chosen yet
+        parser.epilog = f"Defaults: the {known.preset} preset's for {known.data}" + \
+            " before a method's changes (--help with --method shows that method's)" * methods + "; a flag given wins." \
+            + TASK_WORDS * (dataset == "task")
         last = os.path.join(run_folder(known), "last.pt")
         if known.resume and os.path.isfile(last):
             ran_with = load_checkpoint(last, needs=("args",))["args"]

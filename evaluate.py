@@ -23,6 +23,7 @@ first error), runtime_error, timeout; for molecules (make_molecules.py), where "
 the SMILES: correct, wrong_molecule, invalid; for a task of one's own (make_task.py), correct (the gold output
 exactly), wrong_output, invalid (its --valid-command says so; "compiled" is the share it calls valid).
 """
+import collections
 import glob
 import json
 import math
@@ -149,10 +150,19 @@ def judge_molecules(outputs: list[str], gold: list[str]) -> list[dict]:
 
 def judge_task(outputs: list[str], gold: list[str], valid: list[bool] | None) -> list[dict]:
     """A task of one's own (make_task.py): correct where the output is the gold one exactly; invalid where its
-    validity command says so; "unjudged" marks a task that has no such command (its share valid is then unknown)."""
+    validity command says so; "unjudged" marks a task that has no such command (its share valid is then unknown).
+    Where no output is exact, how near each is: its words and the gold's, and their token F1."""
     return [{"verdict": "correct" if output == answer else "invalid" if ok is False else "wrong_output",
-             **({"unjudged": True} if valid is None else {})}
+             **({"unjudged": True} if valid is None else {}), "words": len(output.split()),
+             "gold_words": len(answer.split()), "f1": token_f1(output, answer)}
             for output, answer, ok in zip(outputs, gold, valid or [None] * len(outputs))]
+
+
+def token_f1(output: str, gold: str) -> float:
+    """The F1 of the words two texts share (as multisets, order ignored): 1 for the gold itself, 0 for nothing in
+    common. A short output that is valid but says little scores low."""
+    common_words = sum((collections.Counter(output.split()) & collections.Counter(gold.split())).values())
+    return 2 * common_words / (len(output.split()) + len(gold.split())) if common_words else float(output == gold)
 
 
 def meter(split: str, programs: list):
@@ -161,12 +171,18 @@ def meter(split: str, programs: list):
 
 def summarize(verdicts: list[dict]) -> dict:
     """Fractions in [0, 1]: compiled counts every program that got past g++ (every SMILES RDKit read, every output of
-    a task its validity command passed; None for a task that has none)."""
+    a task its validity command passed; None for a task that has none). A task's also: words, its outputs' words over
+    the gold's, and token_f1, the mean of token_f1."""
     n = len(verdicts)
-    return {"n": n,
-            "compiled": None if any(v.get("unjudged") for v in verdicts) else
-            sum(v["verdict"] not in ("compile_error", "invalid") for v in verdicts) / n,
-            "accuracy": sum(v["verdict"] == "correct" for v in verdicts) / n}
+    summary = {"n": n,
+               "compiled": None if any(v.get("unjudged") for v in verdicts) else
+               sum(v["verdict"] not in ("compile_error", "invalid") for v in verdicts) / n,
+               "accuracy": sum(v["verdict"] == "correct" for v in verdicts) / n}
+    if "f1" in verdicts[0]:
+        gold_words = sum(v["gold_words"] for v in verdicts)
+        summary.update(words=sum(v["words"] for v in verdicts) / gold_words if gold_words else None,
+                       token_f1=sum(v["f1"] for v in verdicts) / n)
+    return summary
 
 
 def write_jsonl(path: str, rows: list[dict]):
@@ -192,7 +208,7 @@ def judge_predictions(args):
         denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser")
         denoiser.to(common.pick_device(args.device))
         programs = common.denoise(denoiser, common.load_tokenizer(spm), programs, args.batch_size,
-                                  spoc.error_detector(denoiser_checkpoint), progress=True)
+                                  common.error_detector(denoiser_checkpoint), progress=True)
     verdicts = judge_split(programs)
     rows = [{"line": i + 1, **({"prediction": p} if denoised else {}), **v} for i, (p, v) in enumerate(zip(programs,
                                                                                                           verdicts))]
@@ -205,6 +221,10 @@ def judge_predictions(args):
 
 
 def result_line(split: str, summary: dict) -> str:
+    if "token_f1" in summary:  # a task of one's own, in its own words
+        return f"{split}: n={summary['n']}  valid {spread([percent(summary['compiled'])])}%  exact " \
+               f"{100 * summary['accuracy']:.1f}%  words {spread([percent(summary['words'])])}% of the gold's  " \
+               f"token F1 {100 * summary['token_f1']:.1f}"
     return f"{split}: n={summary['n']}  compiled {spread([percent(summary['compiled'])])}%  " \
            f"accuracy {100 * summary['accuracy']:.1f}%"
 
@@ -225,7 +245,7 @@ def evaluate_model(args):
     noise = pi_noise(denoiser_checkpoint) if given else pi_noise(checkpoint, "denoiser_")
     corruption = noise["corruption"]
     denoiser = denoiser.to(device) if denoiser else None
-    error_free = spoc.error_detector(denoiser_checkpoint) if denoiser else None  # SPoC's g
+    error_free = common.error_detector(denoiser_checkpoint) if denoiser else None  # SPoC's g
     method = checkpoint.get("method", "?")
     if method == "composed" and checkpoint.get("init_method") not in (None, "standard"):
         method += "+" + checkpoint["init_method"]

@@ -12,11 +12,12 @@
     python finetune.py --method standard --data data/spoc --denoiser runs/spoc/denoiser/model.pt \\
         --out runs/spoc/standard                   # SPoC (make_spoc.py): its own presets (Appendix E)
 
-Every run builds its model from its PRESETS entry (and flags) below. baseline and backtranslation start
+Every run trains with its PRESETS entry (and flags) below, its model of common.ARCHITECTURE's size. baseline and backtranslation start
 from random weights; standard and bart from the pre-trained denoiser's (--denoiser, default
 runs/denoiser/model.pt); composed from --init's, and keeps the denoiser frozen (a copy goes into its
 checkpoint, so evaluate.py applies it without being told). Every method keeps the epoch with the lowest
-validation loss (composed: of the composition Pi(f(x)), f decoding greedily).
+validation loss (composed: of the composition Pi(f(x)), f decoding greedily), or the one --keep-by names (composed on a
+task with a validity command: the most valid, KEEP_BY).
 """
 import argparse
 import os
@@ -29,8 +30,9 @@ import spoc
 
 METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
 
-# Every value a predictor trains with: a row per setting, a value per preset (common.COLUMNS), then what a method
-# changes. The model's size is common.ARCHITECTURE's, Pi's too. A flag given on the command line wins; a run's
+# The values a predictor trains with: a row per setting, a value per preset (common.COLUMNS), then what a dataset and a
+# method change. Eq. 1's settings are common.EQ1; the model's size is common.ARCHITECTURE's, Pi's too; weight decay,
+# clipping, precision and seed are common.add_training_args' defaults. A flag given on the command line wins; a run's
 # settings line lists every value. paper: the authors' fairseq commands, ~16000 tokens (about 176 programs) an update,
 # inverse-sqrt after a warm-up, each run stopped 50 epochs after its best (the authors train to the last epoch; on a
 # GPU the baselines' validation loss was lowest at epochs 107-126 of 500 and doubled by the end, a better epoch never
@@ -53,16 +55,14 @@ PRESETS = dict(
     patience=          (50,              10,       2,             150,                    3),
     label_smoothing=   ("0",             "0",      "0",           "0.2:100,0.1:25,0.05",  "0"),
 )
-# Composed's estimator of Eq. 1's first term: REINFORCE with one sample and the batch baseline, as good on validation
-# as two samples at the same compute, at 3x a standard step's cost instead of 5x (EXPERIMENTS.md, "the REINFORCE
-# estimator"). composed_weight 0.1 is REINFORCE's; the straight-through estimators want 1 (at 0.1 they are level with
-# no term at all), tau is gumbel's temperature (EXPERIMENTS.md, "straight-through and Gumbel").
-ESTIMATOR = dict(estimator="reinforce", samples=1, reinforce_baseline="batch", clamp="reward", gamma=-50.0,
-                 composed_weight=0.1, lam=1.0, tau=1.0)
 # Where a dataset departs from its column, before a method's changes: a task of your own (make_task.py) waits 30
 # epochs for a better one, not 10 (on the dates example its validation loss, tiny and noisy, fell for 100 epochs:
 # EXPERIMENTS.md, "A task of one's own: dates").
 DATASET_CHANGES = {("task", "cpu"): dict(patience=30)}
+# The epoch a run keeps (--keep-by): the lowest validation loss (composed: of Pi(f(x))), but for composed on a task of
+# one's own that has a validity command, the largest share of val Pi(f(x)) that the command passes, ties broken by the
+# loss: chosen on validation over the two worked examples, 3 seeds (EXPERIMENTS.md, "The kept model of a task").
+KEEP_BY = {("task", "composed"): "valid"}
 # What each method changes in a preset. From scratch, the paper's warm-up is 400 updates from 5e-4 (from Pi: 150 from
 # 1e-4); composed trains at a tenth of the rate (Appendix D: f starts fine-tuned, and its gradient is noisy), at the
 # paper preset up to the authors' 300 epochs, stopped 20 after its best (on an H200, composed's and the control's
@@ -117,13 +117,17 @@ def parse_args(argv=None):
     composed.add_argument("--composed-weight", type=float, help="scale of the composed term")
     composed.add_argument("--lam", type=float, help="lambda, the weight of the direct term")
     composed.add_argument("--tau", type=float, help="gumbel: the Gumbel-softmax's temperature")
+    parser.add_argument("--keep-by", choices=("loss", "exact", "valid"),
+                        help="the epoch kept in model.pt: the lowest validation loss; or the highest share of val "
+                             "decoded greedily (composed: Pi(f(x))) that is the gold output exactly, or that a task's "
+                             "validity command passes, ties broken by the loss (baseline, standard, composed)")
     common.add_training_args(parser)
     args = common.parse_training_args(parser, argv, run_defaults,
                                       lambda known: known.out or os.path.join("runs", known.method or ""))
     # A method's own flags are those its defaults hold (composed's estimator, bart's frozen epochs, ...).
     defaults = run_defaults(args.dataset, args)
     for name in ("denoiser", "init", "frozen_epochs", "reverse_epochs", "labeled_epochs", "synthetic_programs",
-                 *ESTIMATOR):
+                 *common.EQ1):
         if getattr(args, name) is not None and name not in defaults:
             parser.error(f"--{name.replace('_', '-')} does not apply to --method {args.method}")
     for name, estimator in {"reinforce_baseline": "reinforce", "clamp": "reinforce", "gamma": "reinforce",
@@ -135,6 +139,11 @@ def parse_args(argv=None):
                         not_negative="synthetic_programs frozen_epochs composed_weight lam")
     if args.method == "bart" and not 0 <= args.frozen_epochs < args.epochs:
         parser.error(f"bart: --frozen-epochs ({args.frozen_epochs}) must be below --epochs ({args.epochs})")
+    if args.keep_by != "loss" and args.method in ("bart", "backtranslation"):
+        parser.error(f"--keep-by {args.keep_by} applies to baseline, standard and composed")
+    if args.keep_by == "valid" and not common.read_manifest(args.data).get("valid_command"):
+        parser.error(f"--keep-by valid needs a task folder with a validity command (make_task.py --valid-command); "
+                     f"{args.data} has none")
     if args.reinforce_baseline == "leave-one-out" and args.samples < 2:
         parser.error("--reinforce-baseline leave-one-out needs --samples 2 or more (with 1 sample: batch or none)")
     return args
@@ -144,13 +153,16 @@ def run_defaults(dataset: str, known) -> dict:
     """What a run of --method with --preset trains with unless a flag says otherwise: its column of PRESETS with its
     dataset's changes and its method's, and where it reads and writes (runs/<method>; Pi from runs/denoiser, f from runs/standard)."""
     preset = {**common.column(PRESETS, dataset, known.preset), **DATASET_CHANGES.get((dataset, known.preset), {})}
-    changes = METHOD_CHANGES[known.method].get(common.column_name(dataset, known.preset), {})
-    paths = {"out": os.path.join("runs", known.method)}
+    changes = METHOD_CHANGES.get(known.method, {}).get(common.column_name(dataset, known.preset), {})
+    keep_by = KEEP_BY.get((dataset, known.method), "loss")
+    if keep_by == "valid" and not common.read_manifest(known.data).get("valid_command"):
+        keep_by = "loss"  # a task with no validity command
+    paths = {"out": os.path.join("runs", known.method or "")}
     if known.method in ("standard", "bart", "composed"):
         paths["denoiser"] = "runs/denoiser/model.pt"
     if known.method == "composed":
-        paths.update(init="runs/standard/model.pt", **ESTIMATOR)
-    return {**preset, **changes, **paths}
+        paths.update(init="runs/standard/model.pt", **common.EQ1)  # Eq. 1's settings
+    return {**preset, **changes, "keep_by": keep_by, **paths}
 
 
 def main(argv=None):
@@ -203,7 +215,7 @@ def finetune(args):
         denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser")
         composed_training = freeze(denoiser, denoiser_checkpoint, tokenizer, args)
         extra.update(init_method=init.get("method"), denoiser={key: denoiser_checkpoint.get(key) for key in (
-            "config", "model", "error_detector", "args", "corruption", "own_noise", "paper_table")})
+            "config", "model", "error_detector", "valid_data", "args", "corruption", "own_noise", "paper_table")})
     else:
         model, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser", config)
     if args.method in ("standard", "bart", "composed"):  # Pi's noise, seed and settings, for evaluate.py's tables
@@ -224,24 +236,45 @@ def finetune(args):
         state = common.fit(model, lambda epoch: train_pairs, val_pairs,
                            with_epochs(args, args.epochs - args.frozen_epochs), args.out, extra)
     else:
-        state = common.fit(model, lambda epoch: train_pairs, val_pairs, args, args.out, extra, **composed_training)
-    print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}) -> "
-          f"{os.path.join(args.out, 'model.pt')}")
+        g = common.error_detector(denoiser_checkpoint) if composed_training else None  # composed: Pi's g, if any
+        state = common.fit(model, lambda epoch: train_pairs, val_pairs, args, args.out, extra, **composed_training,
+                           val_share=judged_share(args, tokenizer, composed_training.get("denoiser"), g))
+    print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}"
+          f"{common.shown(state.get('best_share'), args)}) -> {os.path.join(args.out, 'model.pt')}")
 
 
 def freeze(denoiser, denoiser_checkpoint, tokenizer, args) -> dict:
-    """The frozen denoiser Pi, and SPoC's error detector g, as common.fit takes them for composed fine-tuning."""
+    """The frozen denoiser Pi, and its error detector g if it has one, as common.fit takes them for composed
+    fine-tuning."""
     device = common.pick_device(args.device)
     denoiser.to(device).eval()  # eval: no dropout; Pi is a fixed function of its input
     denoiser.requires_grad_(False)
-    g = spoc.error_detector(denoiser_checkpoint)
+    g = common.error_detector(denoiser_checkpoint)
     if g and args.estimator != "reinforce":
-        raise common.UsageError(f"--estimator {args.estimator}: SPoC's Pi passes what its error detector g accepts "
+        raise common.UsageError(f"--estimator {args.estimator}: this Pi passes what its error detector g accepts "
                                 "unchanged, which no gradient goes through; use --estimator reinforce")
-    # SPoC's Pi = (g, nu) leaves what compiles as it is (Appendix E): g reads the programs' text, on the host.
+    # Pi = (g, nu) leaves what g passes as it is (Appendix E; SPoC's g: it compiles): g reads the text, on the host.
     error_free = (lambda decoded: torch.tensor(g(tokenizer.decode(common.as_lists(decoded))), device=device)) \
         if g else None
     return dict(denoiser=denoiser, error_free=error_free)
+
+
+def judged_share(args, tokenizer, denoiser=None, g=None):
+    """--keep-by exact or valid: the share of val, decoded greedily as evaluate.py decodes it (f(x); composed:
+    Pi(f(x)), through Pi's g if it has one), that is the gold output exactly or that the task's validity command
+    passes. None for --keep-by loss."""
+    if args.keep_by == "loss":
+        return None
+    sources, gold = (common.read_lines(os.path.join(args.data, f"val.{side}")) for side in ("src", "tgt"))
+
+    def share(model) -> float:
+        outputs = common.translate(model, tokenizer, sources, args.batch_size)
+        if denoiser is not None:
+            outputs = common.denoise(denoiser, tokenizer, outputs, args.batch_size, g)
+        judged = [output == y for output, y in zip(outputs, gold)] if args.keep_by == "exact" else \
+            common.valid_outputs(args.data, outputs)
+        return sum(judged) / len(judged)
+    return share
 
 
 def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict:

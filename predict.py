@@ -18,7 +18,6 @@ import os
 import sys
 
 import common
-import spoc
 
 
 def main(argv=None):
@@ -73,7 +72,7 @@ def predictions(model_path: str, inputs: list[str], denoiser: str | None = None,
     outputs = common.translate(model.to(on), tokenizer, asked, batch_size) if asked else []
     if denoiser and outputs:
         outputs = common.denoise(denoiser.to(on), tokenizer, outputs, batch_size,
-                                 spoc.error_detector(denoiser_checkpoint))
+                                 common.error_detector(denoiser_checkpoint))
     answers = iter(outputs)
     return [next(answers) if text.strip() else "" for text in inputs]
 

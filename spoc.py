@@ -1,10 +1,9 @@
 """What the training and evaluation stages use of SPoC (Section 6.2, Appendix E) beside SansType's pieces: the
-denoiser's noise, each program's hidden test cases and the error detector g, from the data make_spoc.py writes."""
+denoiser's noise and each program's hidden test cases, from the data make_spoc.py writes."""
 import itertools
 import json
 import os
 import re
-from collections.abc import Callable
 
 import common
 import judge
@@ -58,7 +57,7 @@ def corrupt_one_line(code: str, rng) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Test cases and the error detector g
+# Test cases
 # ----------------------------------------------------------------------------------------------------
 def read_cases(data_dir: str, split: str) -> list[list[tuple[str, str]]]:
     """The (stdin, expected stdout) test cases of each program of a SPoC split (make_spoc.py):
@@ -77,7 +76,3 @@ def read_cases(data_dir: str, split: str) -> list[list[tuple[str, str]]]:
         raise common.UsageError(f"{path} has no test cases for problem {missing[0]}")
     return [cases_of[probid] for probid in problems]
 
-
-def error_detector(checkpoint: dict) -> Callable | None:
-    """The error detector g a denoiser's checkpoint names (train_denoiser.py --error-detector), or None."""
-    return judge.compiles if checkpoint.get("error_detector") == "compile" else None

@@ -10,9 +10,10 @@
 Pi learns only from outputs: the unlabeled programs plus the labeled training code (code without
 its pseudocode is unlabeled output data too). Every epoch corrupts them afresh (--pi-data authors: the
 unlabeled programs alone, each corrupted once, as the authors made Pi's data); early stopping uses
-a fixed corrupted copy of val.tgt (its noise named by a fingerprint, so that two Pis' losses compare), on which it also reports, every --repair-every epochs, how many
-repairs are exact and how many compile. On SPoC, Pi is Appendix E's pair (g, nu): the error
-detector g (the compiler) passes a program that compiles, and only the others are repaired.
+a fixed corrupted copy of val.tgt (its noise named by a fingerprint, so that two Pis' losses compare), on which it
+also reports, every --repair-every epochs, how its repairs fare (report_repairs says what each number counts). On SPoC,
+Pi is Appendix E's pair (g, nu): the error detector g (the compiler) passes a program that compiles, and only the
+others are repaired; on a task of one's own, --error-detector valid makes its validity command g.
 """
 import hashlib
 import os
@@ -28,8 +29,9 @@ import common
 import judge
 import spoc
 
-# Every value a denoiser trains with: a row per setting, a value per preset (common.COLUMNS). The model's size is
-# common.ARCHITECTURE's, which the predictors share. A flag given on the command line wins; a run's settings line
+# The values a denoiser trains with: a row per setting, a value per preset (common.COLUMNS); the noise's own are its
+# flags' defaults. The model's size is common.ARCHITECTURE's, which the predictors share; weight decay, clipping,
+# precision and seed are common.add_training_args' defaults. A flag given on the command line wins; a run's settings line
 # lists every value. paper: the authors' fairseq command (Appendix C), ~16000 tokens (about 176 programs) an update,
 # inverse-sqrt. cpu, an hour on 2 cores: ~16000 updates of 32 programs (the paper: ~6000 of 176), no attention or
 # activation dropout (their random masks cost a quarter of a step). With the paper's dropout 0.4, standard
@@ -61,8 +63,10 @@ PRESETS = dict(
 # of it) and SPoC's error detector g; then where a dataset departs from its column: SPoC's test files hold a dozen
 # programs; on 2 cores Pi trains 20 epochs of the ~47000 SMILES (about 40 minutes) and keeps its best (its validation
 # loss is still falling then, as SansType's Pi's).
-DATASET_CHANGES = {"sanstype": dict(corruption="code"), "spoc": dict(corruption="line", error_detector="compile"),
-                   "molecules": dict(corruption="smiles"), "task": dict(corruption="edits"),
+DATASET_CHANGES = {"sanstype": dict(corruption="code", error_detector="none"),
+                   "spoc": dict(corruption="line", error_detector="compile"),
+                   "molecules": dict(corruption="smiles", error_detector="none"),
+                   "task": dict(corruption="edits", error_detector="none"),
                    ("spoc", "smoke"): dict(unlabeled=0), ("molecules", "cpu"): dict(epochs=20, patience=20)}
 # The noises Pi learns to undo, each registered here once: what it does to an output, what --help says of it, and the
 # paper's table its rows are compared with, by dataset (a checkpoint carries it to evaluate.py's table). The paper
@@ -105,17 +109,18 @@ def parse_args(argv=None):
     parser.add_argument("--deletion-probability", type=float, help="random: of each word (default: 0.15)")
     parser.add_argument("--edit-rates", help="edits: the probabilities of deleting, inserting, substituting and "
                         f"swapping, per piece of the output (default: {EDIT_RATES})")
-    parser.add_argument("--unlabeled", type=int, default=0, help="use only the first N programs (the unlabeled code, "
-                        "then the labeled pairs' code; 0: all)")
+    parser.add_argument("--unlabeled", type=int, default=0, help="use only the first N outputs (the unlabeled ones, "
+                        "then the labeled pairs'; 0: all)")
     parser.add_argument("--pi-data", choices=("ours", "authors"),
                         help="ours: the unlabeled and the labeled outputs, corrupted afresh every epoch; authors: the "
                              "unlabeled outputs alone, each corrupted once (the run's seed), the same every epoch")
-    parser.add_argument("--error-detector", choices=("compile", "none"), default="none",
-                        help="Appendix E's g, stored with Pi: Pi leaves a program g passes as it is; compile (SPoC's "
-                             "default): g passes programs that compile; none (SansType's): Pi repairs every program")
+    parser.add_argument("--error-detector", choices=("compile", "valid", "none"),
+                        help="Appendix E's g, stored with Pi: Pi leaves an output g passes as it is; compile (SPoC's): "
+                             "g passes programs that compile; valid (a task folder's): outputs its validity command "
+                             "accepts; none: Pi repairs every output")
     parser.add_argument("--repair-every", type=int, default=1, help="judge val repairs every N epochs (0: never; on a "
                         "GPU the report costs as much as several epochs: the paper preset's is every 10th)")
-    parser.add_argument("--repair-programs", type=int, default=100, help="how many val programs to repair")
+    parser.add_argument("--repair-programs", type=int, default=100, help="how many val outputs to repair")
     common.add_training_args(parser)
     args = common.parse_training_args(parser, argv, preset_values, lambda known: known.out)
     for name, corruption, default in (("num_corruptions", "code", 3), ("deletion_probability", "random", 0.15),
@@ -125,6 +130,9 @@ def parse_args(argv=None):
         setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
     if args.error_detector == "compile" and args.dataset != "spoc":
         parser.error("--error-detector compile needs SPoC data (make_spoc.py)")
+    if args.error_detector == "valid" and not common.read_manifest(args.data).get("valid_command"):
+        parser.error(f"--error-detector valid needs a task folder with a validity command (make_task.py "
+                     f"--valid-command); {args.data} has none")
     rates = args.edit_rates.split(",")
     if len(rates) != 4 or not all(re.fullmatch(r"0?\.\d+|0", rate) for rate in rates):
         parser.error(f"--edit-rates {args.edit_rates}: four probabilities within [0, 1), for delete, insert, "
@@ -187,7 +195,9 @@ def train(args):
     detector = None if args.error_detector == "none" else args.error_detector
     extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption, "own_noise": own,
              "paper_table": paper_table, "error_detector": detector}
-    error_free = spoc.error_detector(extra)  # g, as evaluate.py will read it back from the checkpoint
+    if detector == "valid":  # g runs the task's command in its folder, wherever Pi is used later
+        extra["valid_data"] = os.path.abspath(args.data)
+    error_free = common.error_detector(extra)  # g, as evaluate.py will read it back from the checkpoint
 
     clean_ids = tokenizer.encode(programs)
     val_rng = random.Random(f"{args.seed}-val")  # the same corrupted val set every epoch and every run
@@ -198,6 +208,11 @@ def train(args):
     extra["val_noise"] = hashlib.sha256("\n".join(val_noisy).encode()).hexdigest()[:8]
 
     def report_repairs(model, epoch):
+        """On the first --repair-programs corrupted val outputs: how many the noise changed; how many of those Pi's
+        greedy repair (through g, if Pi has one) turns back into the original exactly; the share of all of them exact
+        after repair (those the noise left alone included); then the share valid: g++ compiles it (SansType), RDKit
+        reads it (molecules), the task's command passes it (a task; nothing without one); SPoC: % correct on its
+        problem's hidden tests."""
         if not args.repair_every or epoch % args.repair_every:
             return ""
         noisy, clean = val_noisy[:args.repair_programs], val[:args.repair_programs]

@@ -1,12 +1,15 @@
 """Every benchmark runs in the suite at a tiny size, on whatever CPU CI has, so that a bench that crashes fails CI
 (the numbers themselves are for a person to read: README, EXPERIMENTS.md). tests/bench_gpu.py and
 tests/bench_composed.py (which bench_gpu's stage composed runs) are dry-run by tests/test_bench_gpu.py."""
+import dataclasses
 import glob
 import os
 import subprocess
 import sys
 
 import pytest
+
+import common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPOC = os.path.join(ROOT, "tests", "fixtures", "spoc")
@@ -36,9 +39,23 @@ def spoc(tmp_path_factory):
     return out
 
 
+def untrained(data, role) -> str:
+    """A model of the smoke preset's size with random weights, as a training script saves one: f or Pi for a bench."""
+    spm = common.read_tokenizer_bytes(str(data))
+    config = common.TransformerConfig(vocab_size=common.load_tokenizer(spm).get_piece_size(), d_model=32, n_heads=2,
+                                      encoder_layers=1, decoder_layers=1, d_ff=64)
+    path = os.path.join(str(data), f"{role}.pt")
+    common.save_checkpoint(path, {"config": dataclasses.asdict(config), "spm": spm, "role": role,
+                                  "model": common.Transformer(config).state_dict()})
+    return path
+
+
 def tiny_runs(sanstype, spoc) -> dict:
     """Each bench's tiny command, and what its last line must hold."""
     return {"bench_transformer.py": (["--tiny"], "train_step_vs_torch="),
+            "bench_gradients.py": (["--data", str(sanstype), "--init", untrained(sanstype, "predictor"), "--denoiser",
+                                    untrained(sanstype, "denoiser"), "--preset", "smoke", "--batches", "2", "--draws",
+                                    "2"], "reinforce_vs_direct="),
             "bench_judge.py": (["--data", str(sanstype), "--limit", "3", "--corrupted"], "judge_speedup="),
             "bench_judge_spoc.py": (["--data", str(spoc), "--limit", "3"], "judge_speedup=")}
 

@@ -1,13 +1,19 @@
 """Composed fine-tuning's REINFORCE estimator (common.composed_loss) on a toy problem small
-enough to enumerate: its mean gradient matches the exact gradient of Eq. 1's first term."""
+enough to enumerate: its mean gradient matches the exact gradient of Eq. 1's first term; the gradient bench's figures
+where they are known."""
 import argparse
 import itertools
+import os
+import sys
 
 import pytest
 import torch
 
 import common
 import finetune
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/: the benches
+import bench_gradients  # noqa: E402
 
 VOCAB = 6  # PAD UNK BOS EOS + two words
 MAX_LEN = 2
@@ -22,8 +28,8 @@ def tiny_model(seed):
 
 
 def composed_settings(**changes) -> argparse.Namespace:
-    """composed_loss's settings: finetune.py's (finetune.ESTIMATOR), with these changed."""
-    return argparse.Namespace(**{**finetune.ESTIMATOR, **changes})
+    """composed_loss's settings: common.EQ1, with these changed."""
+    return argparse.Namespace(**{**common.EQ1, **changes})
 
 
 def every_output():
@@ -257,3 +263,20 @@ def test_gumbel_noise_drawn_given_its_argmax_is_plain_gumbel_noise_over_the_samp
     assert torch.equal(z.argmax(dim=-1), tokens)
     assert torch.allclose(z.mean(dim=0), log_p[0] + 0.5772, atol=0.01)
     assert torch.allclose(z.var(dim=0), torch.full((4,), torch.pi ** 2 / 6), atol=0.03)
+
+
+def test_the_gradient_bench_sees_no_reinforce_gradient_where_f_always_samples_the_gold(monkeypatch):
+    """tests/bench_gradients.py's figures where they are known: an f whose every y' is the gold output gets one reward
+    for all of an input's samples, so the leave-one-out baseline leaves a REINFORCE gradient of exactly zero (the
+    direct term's is not); an f that samples freely gets a REINFORCE gradient and samples the gold less often."""
+    f, pi = tiny_model(0), tiny_model(1)
+    batch = composed_batch(4)
+    settings = composed_settings(samples=2, reinforce_baseline="leave-one-out")
+    free = bench_gradients.figures([bench_gradients.term_gradients(f, pi, batch, settings, draws=3, seed=0)])
+    gold = common.Decoded(batch[2][:1].repeat(8, 1), torch.full((8,), 2))  # y' = 5 4 EOS, every sample
+    monkeypatch.setattr(common, "sample_outputs", lambda model, src, samples, max_len: gold)
+    measured = bench_gradients.term_gradients(f, pi, batch, settings, draws=3, seed=0)
+    assert all(g.abs().max() == 0 for g in measured["reinforce"]) and all(g.norm() > 0 for g in measured["direct"])
+    figures = bench_gradients.figures([measured])
+    assert (figures["ratio"], figures["gold_samples"], figures["signal_reinforce"]) == (0.0, 1.0, 0.0)
+    assert free["ratio"] > 0 and free["gold_samples"] < 1

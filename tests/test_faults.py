@@ -187,7 +187,7 @@ def test_resume_continues_with_the_runs_own_settings(work, tmp_path, capsys):
     with pytest.raises(SystemExit):
         finetune.main([*flags, "--resume", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "stop after this many epochs without a better validation loss (default: 400)" in help_text
+    assert "stop after this many epochs without a better one (finetune.py: by --keep-by) (default: 400)" in help_text
     finetune.main([*flags, "--epochs", "2", "--resume"])
     err = capsys.readouterr().err
     assert err.startswith("--resume: changed --epochs 2 (it ran with 1)\n") and "epoch 2:" in err

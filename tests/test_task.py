@@ -2,11 +2,13 @@
 preset, its validity command judges, the generic noise edits at the rates it is given, predict.py answers as
 evaluate.py does; and the worked example from Python's standard library."""
 import ast
+import dataclasses
 import hashlib
 import io
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 import common
+import evaluate
 import finetune
 import make_task
 import predict
@@ -379,3 +382,82 @@ def test_edit_rates_that_never_edit_are_refused(task, capsys):
         train_denoiser.parse_args(["--data", str(task / "data"), "--preset", "smoke", "--edit-rates", "0,0,0,0"])
     err = capsys.readouterr().err.strip()
     assert exit_.value.code == 2 and "--edit-rates 0,0,0,0" in err and "zero" in err, err
+
+
+def untrained(data, path, role, args):
+    """A model of the run's sizes with random weights, saved as a training script saves one."""
+    spm = common.read_tokenizer_bytes(str(data))
+    model = common.Transformer(common.config_from_args(args, common.load_tokenizer(spm).get_piece_size()))
+    common.save_checkpoint(str(path), {"config": dataclasses.asdict(model.config), "model": model.state_dict(),
+                                       "spm": spm, "role": role, "args": vars(args)})
+    return path
+
+
+@pytest.mark.parametrize("keep_by, kept", [("loss", 1), ("valid", 3), ("exact", 1)])
+def test_the_kept_epoch_is_the_one_the_users_judge_prefers(task, tmp_path, monkeypatch, keep_by, kept):
+    """Composed epochs 0-3 with made-up validation losses 1.0, 0.5, 0.8, 0.7 and shares of val valid 2, 3, 6, 6 of 10:
+    --keep-by loss keeps epoch 1; valid keeps the most valid, its tie broken by the loss (3, not 2); exact, where no
+    output of an untrained f is exact (all tied), falls back on the loss (1)."""
+    data = task / "data"
+    flags = ["--data", str(data), "--preset", "smoke"]
+    pi = untrained(data, tmp_path / "pi.pt", "denoiser", train_denoiser.parse_args(flags))
+    f = untrained(data, tmp_path / "f.pt", "predictor", finetune.parse_args(["--method", "standard", *flags]))
+    losses, valid = iter([1.0, 0.5, 0.8, 0.7]), iter([2, 3, 6, 6])
+    monkeypatch.setattr(common, "composed_validation_loss", lambda *args: next(losses))
+    judged = []
+    monkeypatch.setattr(common, "valid_outputs", lambda folder, outputs: judged.append(outputs) or (
+        [True] * next(valid) + [False] * 10)[:len(outputs)])
+    finetune.main(["--method", "composed", *flags, "--denoiser", str(pi), "--init", str(f), "--epochs", "3",
+                   "--patience", "3", "--keep-by", keep_by, "--out", str(tmp_path / "composed")])
+    assert common.load_checkpoint(str(tmp_path / "composed" / "model.pt"), needs=())["epoch"] == kept
+    assert len(judged) == 4 * (keep_by == "valid") and all(len(outputs) == 10 for outputs in judged)
+
+
+def test_the_validity_command_as_pis_error_detector_leaves_valid_outputs_untouched(task, tmp_path, monkeypatch):
+    """train_denoiser.py --error-detector valid: Pi (a smoke one, which rewrites much of what it reads) leaves every
+    output the task's command passes as it is and repairs only the others, from any folder; its weights are those
+    of the same run without g (g is not in Pi's loss)."""
+    data = task / "data"
+    for detector in ("valid", "none"):
+        train_denoiser.main(["--data", str(data), "--preset", "smoke", "--error-detector", detector,
+                             "--out", str(tmp_path / detector)])
+    with_g, without = (common.load_checkpoint(str(tmp_path / d / "model.pt")) for d in ("valid", "none"))
+    assert all(torch.equal(with_g["model"][name], weight) for name, weight in without["model"].items())
+    tokenizer = common.load_tokenizer(with_g["spm"])
+    outputs = common.read_lines(str(data / "val.tgt")) + ["( + 1 2", "( * ( - 3 4 ) 2", "1 )"]
+    valid = [output.count("(") == output.count(")") for output in outputs]
+    monkeypatch.chdir(tmp_path)  # g runs the command in the data folder Pi was trained on, wherever Pi is used
+    pi = common.model_from_checkpoint(with_g)
+    repaired = common.denoise(pi, tokenizer, outputs, 4, common.error_detector(with_g))
+    everywhere = common.denoise(pi, tokenizer, outputs, 4, common.error_detector(without))
+    assert [r for r, ok in zip(repaired, valid) if ok] == [o for o, ok in zip(outputs, valid) if ok]
+    assert [r for r, ok in zip(repaired, valid) if not ok] == common.translate(
+        pi, tokenizer, [o for o, ok in zip(outputs, valid) if not ok], 4)  # the others go through Pi
+    assert everywhere != outputs  # (without g, Pi does rewrite valid outputs)
+
+
+def test_a_tasks_evaluation_says_how_near_its_outputs_are():
+    """A task's summary: the outputs' words over the gold's and their mean token F1, which a short valid output that
+    says little scores low on."""
+    verdicts = evaluate.judge_task(["def f ( x ) :", "a b", "x"], ["def f ( x ) : return x", "a b", "y z"],
+                                   [True, True, True])
+    summary = evaluate.summarize(verdicts)
+    assert [round(v["f1"], 3) for v in verdicts] == [round(2 * 6 / 14, 3), 1.0, 0.0]
+    assert (summary["words"], summary["accuracy"]) == (pytest.approx(9 / 12), pytest.approx(1 / 3))
+    assert "valid 100.0%  exact 33.3%  words 75.0% of the gold's  token F1 61.9" in evaluate.result_line("test",
+                                                                                                        summary)
+
+
+def test_help_on_a_task_folder_shows_every_default_in_the_tasks_words(task, capsys):
+    """--help --data DIR: train_denoiser.py shows --error-detector's default; finetune.py without --method shows the
+    preset's values and says they come before a method's changes; both say what program and code mean for a task."""
+    for main, argv in ((train_denoiser.main, []), (finetune.main, []), (finetune.main, ["--method", "composed"])):
+        with pytest.raises(SystemExit):
+            main(["--help", "--data", str(task / "data"), *argv])
+        shown = " ".join(capsys.readouterr().out.split())
+        assert "read program and code as your outputs, pseudocode as your inputs" in shown
+        assert "(default: none)" in shown if main is train_denoiser.main else "--patience PATIENCE" in shown
+        if main is finetune.main:
+            patience = re.search(r"\(default: (\d+)\)", shown.split("--patience PATIENCE")[-1]).group(1)
+            assert patience == ("3" if argv else "30")  # composed's own, or the task's
+            assert ("before a method's changes" in shown) == (not argv)

@@ -1,0 +1,111 @@
+"""What Eq. 1's first term adds to the direct one, at a given f and Pi: the gradient of each, as finetune.py trains
+composed fine-tuning (common.EQ1: REINFORCE, its baseline and weight; lambda for the direct term), on --batches
+training batches (finetune.py's batch size and order) with --draws draws of y' ~ p_theta(.|x) each:
+
+  ratio         |g_reinforce| / |g_direct| per draw: median, quartiles, and the share of draws under 1%
+  cosine        between the two per draw (median), and between their means over a batch's draws (median)
+  signal        |E g|^2 / E|g|^2 over a batch's draws, of each term: 1 where every draw gives the same gradient,
+                about 1/draws where the draws are noise around a mean near 0 (medians over batches)
+  gold samples  the share of the sampled y' that are the gold output exactly: where f samples the gold, every reward
+                of a batch is alike and the baseline leaves little of the term
+
+    python tests/bench_gradients.py --data data/sanstype --init runs/standard/model.pt --denoiser runs/denoiser/model.pt
+    python tests/bench_gradients.py --data data/dates --init runs/dates/standard_0/model.pt \\
+        --denoiser runs/dates/denoiser/model.pt --batches 20 --draws 10
+
+Last line: reinforce_vs_direct=X (median ratio) cosine=Y (of the means) signal_reinforce=Z signal_direct=W
+gold_samples=V.
+"""
+import argparse
+import os
+import random
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common  # noqa: E402
+import finetune  # noqa: E402
+
+
+def flat_gradient(model, loss) -> torch.Tensor:
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in model.parameters()])
+
+
+def term_gradients(f, denoiser, batch, settings, draws: int, seed: int) -> dict:
+    """For one batch, `draws` times: the gradient of Eq. 1's first term alone (lam 0) and of the direct term alone
+    (composed_weight 0), each as composed_loss computes it for the run's settings, from the same y' (the same seed
+    before each), and whether each y' is the gold output."""
+    src, tgt_in, tgt_out = batch
+    first = argparse.Namespace(**{**vars(settings), "lam": 0.0})
+    direct = argparse.Namespace(**{**vars(settings), "composed_weight": 0.0})
+    max_len = min(common.max_output_length(f, src), tgt_out.shape[1] + 16)  # as composed_loss samples
+    out = {"reinforce": [], "direct": [], "gold": []}
+    for draw in range(draws):
+        torch.manual_seed(seed + draw)
+        y_prime = common.sample_outputs(f, src, settings.samples, max_len)  # the y' composed_loss draws next
+        out["gold"] += common.same_sequences(common.with_eos(y_prime),
+                                             tgt_out.repeat_interleave(settings.samples, 0)).tolist()
+        for name, terms in (("reinforce", first), ("direct", direct)):
+            torch.manual_seed(seed + draw)
+            out[name].append(flat_gradient(f, common.composed_loss(f, denoiser, src, tgt_in, tgt_out, terms, 0.0)))
+    return out
+
+
+def figures(batches_of_gradients: list[dict]) -> dict:
+    """The figures of the docstring, over batches (each a term_gradients result)."""
+    ratios, cosines, mean_cosines, signal = [], [], [], {"reinforce": [], "direct": []}
+    for g in batches_of_gradients:
+        for r, d in zip(g["reinforce"], g["direct"]):
+            ratios.append((r.norm() / d.norm()).item())
+            cosines.append(torch.nn.functional.cosine_similarity(r, d, dim=0).item())
+        means = {name: torch.stack(g[name]).mean(0) for name in signal}
+        mean_cosines.append(torch.nn.functional.cosine_similarity(means["reinforce"], means["direct"], dim=0).item())
+        for name in signal:
+            second_moment = torch.stack(g[name]).pow(2).sum(1).mean()
+            signal[name].append((means[name].pow(2).sum() / second_moment).item() if second_moment > 0 else 0.0)
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    gold = [x for g in batches_of_gradients for x in g["gold"]]
+    return {"ratio": statistics.median(ratios), "ratio_q1": quartiles[0], "ratio_q3": quartiles[-1],
+            "ratio_under_1pct": sum(r < 0.01 for r in ratios) / len(ratios),
+            "cosine_per_draw": statistics.median(cosines), "cosine": statistics.median(mean_cosines),
+            "signal_reinforce": statistics.median(signal["reinforce"]),
+            "signal_direct": statistics.median(signal["direct"]), "gold_samples": sum(gold) / len(gold)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="data/sanstype")
+    parser.add_argument("--init", default="runs/standard/model.pt", help="f: a predictor's checkpoint")
+    parser.add_argument("--denoiser", default="runs/denoiser/model.pt")
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--draws", type=int, default=10)
+    parser.add_argument("--preset", default="cpu", help="whose batch size and settings (finetune.py's composed)")
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
+    args = parser.parse_args(argv)
+    settings = finetune.parse_args(["--method", "composed", "--data", args.data, "--preset", args.preset])
+    device = common.pick_device(args.device)
+    spm = common.read_tokenizer_bytes(args.data)
+    tokenizer = common.load_tokenizer(spm)
+    f, _ = common.load_model(args.init, spm, args.data, "predictor")
+    denoiser, _ = common.load_model(args.denoiser, spm, args.data, "denoiser")
+    f, denoiser = f.to(device).train(), denoiser.to(device).eval().requires_grad_(False)
+    pairs = finetune.load_pairs(args.data, "train", tokenizer)
+    chosen = common.batches(pairs, settings.batch_size, random.Random(f"{settings.seed}-batch order-1"))[:args.batches]
+    measured = [term_gradients(f, denoiser, [t.to(device) for t in batch], settings, args.draws, 1000 * i)
+                for i, batch in enumerate(chosen)]
+    x = figures(measured)
+    print(f"{len(chosen)} batches of {settings.batch_size}, {args.draws} draws each; {settings.estimator}, baseline "
+          f"{settings.reinforce_baseline}, composed_weight {settings.composed_weight}, lam {settings.lam}")
+    print(f"|g_reinforce| / |g_direct|: median {x['ratio']:.4f} (quartiles {x['ratio_q1']:.4f}-{x['ratio_q3']:.4f}), "
+          f"{100 * x['ratio_under_1pct']:.0f}% of draws under 1%; cosine per draw {x['cosine_per_draw']:.3f}")
+    print(f"reinforce_vs_direct={x['ratio']:.4f} cosine={x['cosine']:.3f} signal_reinforce={x['signal_reinforce']:.3f} "
+          f"signal_direct={x['signal_direct']:.3f} gold_samples={x['gold_samples']:.3f}")
+    return x
+
+
+if __name__ == "__main__":
+    main()
