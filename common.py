@@ -1170,14 +1170,28 @@ def learning_rate_factor(step: int, args, total_steps: int) -> float:
 def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
         denoiser=None, error_free=None, val_share=None):
     """Train with AdamW, validate after every epoch, keep the best epoch in out_dir/model.pt (the latest in
-    last.pt, for --resume) and stop after `args.patience` epochs without a better one. train_pairs_for_epoch(
-    epoch) gives that epoch's (src, tgt) id pairs (the denoiser corrupts afresh each epoch); `trainable` may
-    name the only parameters to train (BART's first stage); `extra` goes into every checkpoint; on_epoch(model,
-    epoch) may add a note to an epoch's line. With a frozen `denoiser` Pi (on the device, in eval mode), the model
-    is composed fine-tuning's f: it trains on minus Eq. 1 (composed_loss, with args' settings; error_free: SPoC's
-    g) and keeps the epoch where Pi(f(x)) has the lowest validation loss (composed_validation_loss), epoch 0 (the f
-    it starts from) included. val_share(model), if given, is a judged share of val (--keep-by exact or valid) that
-    picks the kept epoch before the loss does (kept_before)."""
+    last.pt, for --resume) and stop after `args.patience` epochs without a better one. `trainable` may name the only
+    parameters to train (BART's first stage); `extra` goes into every checkpoint; on_epoch(model, epoch) may add a
+    note to an epoch's line.
+
+    Batches: train_pairs_for_epoch(epoch) gives the epoch's (src, tgt) id pairs (finetune.py: the labeled pairs, every
+    epoch; train_denoiser.corrupted_pairs: the outputs corrupted with Random(f"{seed}-epoch{epoch}")); batches_of cuts
+    them into batches of similar length, ties and batch order from Random(f"{seed}-batch order-{epoch}"); a worker
+    process makes each epoch while the one before it trains (epoch_loader).
+
+    The kept epoch: the lowest validation loss (validation_loss) or, with a frozen `denoiser` Pi (on the device, in
+    eval mode), where the model is composed fine-tuning's f trained on minus Eq. 1 (composed_loss, with args'
+    settings; error_free: Pi's g), the lowest loss of Pi(f(x)) (composed_validation_loss), epoch 0 (the f it starts
+    from) included. val_share(model), if given, is a judged share of val (finetune.py --keep-by exact or valid;
+    finetune.KEEP_BY: valid for composed on a task with a validity command) that picks the epoch before the loss
+    does (kept_before).
+
+    Resume (--resume): last.pt, saved after every epoch (written to a temporary file, then renamed: a kill never
+    leaves half a file), holds the weights, AdamW's moments, the schedule's step, the random states and the history;
+    restore() reloads them, and since an epoch's batches and noise depend only on (seed, epoch), the run goes on
+    from its last finished epoch. With its settings unchanged (parse_training_args takes them from last.pt;
+    check_resume_settings refuses others but MAY_CHANGE_ON_RESUME's) it ends bit for bit as an unbroken run on the
+    CPU (tests/test_training.py, test_a_run_killed_twice_and_resumed_ends_bit_for_bit_as_an_unbroken_one)."""
     device = pick_device(args.device)
     model.to(device)
     val_batches = device_batches(val_pairs, validation_batch_size(val_pairs, args.batch_size, device), device)
@@ -1302,9 +1316,10 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: 
     sample_log_probs'); or straight-through and gumbel, biased (relaxed_rows). Both terms are summed over tokens and
     divided by the batch's gold tokens, as Eq. 1 weighs them; composed_weight scales the first (REINFORCE's 0.1,
     Appendix D). settings: the run's args, whose values of these names (samples, estimator, reinforce_baseline, clamp,
-    gamma, composed_weight, lam, tau) are EQ1's (just above) unless a flag said otherwise. error_free: SPoC's g
-    (Appendix E), a bool per y'. max_len, for tests: the samples' limit (default: 16 tokens past the longest gold
-    program; cutting there is part of the sampling distribution, for which the estimator is exact).
+    gamma, composed_weight, lam, tau) are EQ1's (just above) unless a flag said otherwise. error_free: Pi's g
+    (Appendix E), a bool per y'. max_len, for tests: the samples' limit (default: the batch's padded gold width + 16,
+    at most twice the source + 10 (max_output_length); a GPU pads widths to a multiple of 8; cutting there is part of
+    the sampling distribution, for which the estimator is exact).
     y' is drawn with dropout off, as f predicts at test time; log p_theta(y'|x) is scored with f in training mode,
     dropout on as for the direct term: REINFORCE's gradient is then that of a dropout-perturbed f's log-probability
     of y', an approximation that is exact without dropout (the cpu preset's f has only its residual dropout, 0.1)."""

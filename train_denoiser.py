@@ -68,7 +68,8 @@ DATASET_CHANGES = {"sanstype": dict(corruption="code", error_detector="none"),
                    "molecules": dict(corruption="smiles", error_detector="none"),
                    "task": dict(corruption="edits", error_detector="none"),
                    ("spoc", "smoke"): dict(unlabeled=0), ("molecules", "cpu"): dict(epochs=20, patience=20)}
-# The noises Pi learns to undo, each registered here once: what it does to an output, what --help says of it, and the
+# The noises Pi learns to undo, each registered here once (a noise with a parameter also gets a flag, whose default
+# parse_args sets): what it does to an output, what --help says of it, and the
 # paper's table its rows are compared with, by dataset (a checkpoint carries it to evaluate.py's table). The paper
 # has SansType with its code noise (Table 2) and with random deletions (Table 5), and SPoC with its one-line noise
 # (Table 2): any other pairing, e.g. a SansType Pi of SPoC's noise, has no paper numbers beside it.

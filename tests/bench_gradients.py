@@ -79,7 +79,8 @@ def figures(batches_of_gradients: list[dict]) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="data/sanstype")
-    parser.add_argument("--init", default="runs/standard/model.pt", help="f: a predictor's checkpoint")
+    parser.add_argument("--init", default="runs/standard/model.pt", help="f: a predictor's checkpoint, or a "
+                        "denoiser's (f starting from Pi's weights)")
     parser.add_argument("--denoiser", default="runs/denoiser/model.pt")
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--draws", type=int, default=10)
@@ -90,7 +91,7 @@ def main(argv=None):
     device = common.pick_device(args.device)
     spm = common.read_tokenizer_bytes(args.data)
     tokenizer = common.load_tokenizer(spm)
-    f, _ = common.load_model(args.init, spm, args.data, "predictor")
+    f = common.model_from_checkpoint(common.load_checkpoint(args.init))  # a predictor, or Pi's weights as f's start
     denoiser, _ = common.load_model(args.denoiser, spm, args.data, "denoiser")
     f, denoiser = f.to(device).train(), denoiser.to(device).eval().requires_grad_(False)
     pairs = finetune.load_pairs(args.data, "train", tokenizer)
