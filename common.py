@@ -1175,9 +1175,10 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     note to an epoch's line.
 
     Batches: train_pairs_for_epoch(epoch) gives the epoch's (src, tgt) id pairs (finetune.py: the labeled pairs, every
-    epoch; train_denoiser.corrupted_pairs: the outputs corrupted with Random(f"{seed}-epoch{epoch}")); batches_of cuts
-    them into batches of similar length, ties and batch order from Random(f"{seed}-batch order-{epoch}"); a worker
-    process makes each epoch while the one before it trains (epoch_loader).
+    epoch; train_denoiser.corrupted_pairs: the outputs corrupted with Random(f"{seed}-epoch{epoch}"), or with
+    Random(f"{seed}-once") for --pi-data authors); batches_of cuts them into batches of similar length, ties and batch
+    order from Random(f"{seed}-batch order-{epoch}"); a worker process makes each epoch while the one before it trains
+    (epoch_loader).
 
     The kept epoch: the lowest validation loss (validation_loss) or, with a frozen `denoiser` Pi (on the device, in
     eval mode), where the model is composed fine-tuning's f trained on minus Eq. 1 (composed_loss, with args'
