@@ -245,7 +245,7 @@ def evaluate_model(args):
     noise = pi_noise(denoiser_checkpoint) if given else pi_noise(checkpoint, "denoiser_")
     corruption = noise["corruption"]
     denoiser = denoiser.to(device) if denoiser else None
-    error_free = common.error_detector(denoiser_checkpoint) if denoiser else None  # SPoC's g
+    error_free = common.error_detector(denoiser_checkpoint) if denoiser else None  # Pi's g, if it has one
     method = checkpoint.get("method", "?")
     if method == "composed" and checkpoint.get("init_method") not in (None, "standard"):
         method += "+" + checkpoint["init_method"]

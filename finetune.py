@@ -12,9 +12,9 @@
     python finetune.py --method standard --data data/spoc --denoiser runs/spoc/denoiser/model.pt \\
         --out runs/spoc/standard                   # SPoC (make_spoc.py): its own presets (Appendix E)
 
-Every run trains with its PRESETS entry (and flags) below, its model of common.ARCHITECTURE's size. baseline and backtranslation start
-from random weights; standard and bart from the pre-trained denoiser's (--denoiser, default
-runs/denoiser/model.pt); composed from --init's, and keeps the denoiser frozen (a copy goes into its
+Every run trains with its PRESETS entry (and flags) below, its model of common.ARCHITECTURE's size. baseline
+and backtranslation start from random weights; standard and bart from the pre-trained denoiser's (--denoiser,
+default runs/denoiser/model.pt); composed from --init's, and keeps the denoiser frozen (a copy goes into its
 checkpoint, so evaluate.py applies it without being told). Every method keeps the epoch with the lowest
 validation loss (composed: of the composition Pi(f(x)), f decoding greedily), or the one --keep-by names (composed on a
 task with a validity command: the most valid, KEEP_BY).
