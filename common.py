@@ -941,25 +941,6 @@ def claim_output(args):
     os.makedirs(out_dir, exist_ok=True)
 
 
-# What a resumed run may change: how long it goes on, where it runs, how often it reports. Anything else (its data
-# too) would make it another run than the one it continues. (--epochs under a linear schedule also moves the rest of the
-# decay, which ends at the last epoch: the run then ends unlike an unbroken one of either length.)
-MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
-
-
-def check_resume_settings(args, last_path: str, say_changes: bool):
-    """--resume continues a run with the settings it ran with: refuse any other, but for MAY_CHANGE_ON_RESUME,
-    which it names (say_changes: on stderr, as the run's first line)."""
-    ran_with = load_checkpoint(last_path, needs=("args",))["args"]
-    differ = {name: f"--{name.replace('_', '-')} {value} (it ran with {ran_with[name]})" for name, value in
-              sorted(vars(args).items()) if ran_with.get(name, value) != value and name not in ("resume", "overwrite")}
-    refused = [text for name, text in differ.items() if name not in MAY_CHANGE_ON_RESUME]
-    if refused:
-        raise UsageError(f"--resume: {'; '.join(refused)}: resume with its settings, or --overwrite to start over")
-    if differ and say_changes:
-        print(f"--resume: changed {'; '.join(differ.values())}", file=sys.stderr)
-
-
 # ============================================================================
 # 6. Training loop: batches, fit() with early stopping and resume, schedules, one epoch's steps
 # ============================================================================
@@ -1003,19 +984,27 @@ def batches(pairs: list, batch_size: int, rng: random.Random | None = None, leng
     reads BOS + target and predicts target + EOS. Pairs of similar length share a batch, as in
     fairseq: unsorted batches are half padding, which the CPU pays for in full. With an rng, ties
     are broken at random and the batches come in random order. length_multiple: lengths padded up to a
-    multiple of it (a GPU's: fewer shapes, each aligned for its matrix units)."""
+    multiple of it (a GPU's: fewer shapes, each aligned for its matrix units). A pair whose target is None (an input
+    with no gold output: finetune.py --unlabeled-inputs) goes in a batch of such inputs alone, whose targets are a
+    single PAD each (composed_loss reads that as no gold)."""
     order = list(range(len(pairs)))
     if rng is not None:
         rng.shuffle(order)
-    order.sort(key=lambda i: (len(pairs[i][1]), len(pairs[i][0])))  # stable: shuffled ties stay shuffled
-    starts = list(range(0, len(order), batch_size))
+    # Inputs alone first, then by length (the sort is stable: shuffled ties stay shuffled); no batch holds both kinds.
+    order.sort(key=lambda i: (pairs[i][1] is not None, len(pairs[i][1] or ()), len(pairs[i][0])))
+    inputs_alone = sum(target is None for _, target in pairs)
+    spans = [(start, min(start + batch_size, end)) for begin, end in ((0, inputs_alone), (inputs_alone, len(order)))
+             for start in range(begin, end, batch_size)]
     if rng is not None:
-        rng.shuffle(starts)
+        rng.shuffle(spans)
     prepared = []
-    for start in starts:
-        chosen = [pairs[i] for i in order[start:start + batch_size]]
+    for start, end in spans:
+        chosen = [pairs[i] for i in order[start:end]]
         src = pad([s + [EOS_ID] for s, _ in chosen], length_multiple)
-        tgt = pad([[BOS_ID] + t + [EOS_ID] for _, t in chosen], length_multiple, extra=1)
+        if chosen[0][1] is None:  # inputs alone: a target of one PAD each
+            tgt = torch.full((len(chosen), 2), PAD_ID, dtype=torch.long)
+        else:
+            tgt = pad([[BOS_ID] + t + [EOS_ID] for _, t in chosen], length_multiple, extra=1)
         prepared.append((src, tgt[:, :-1], tgt[:, 1:]))
     return prepared
 
@@ -1111,31 +1100,6 @@ def validation_loss(model, val_batches) -> float:
     return (total / tokens).item()  # a CPU-GPU sync point, once per validation
 
 
-def random_states(device) -> dict:
-    """The generators a resumed run must continue from: the CPU's, and the GPU's where it trains (dropout, samples)."""
-    return {"torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda"
-                                               else {})}
-
-
-def checkpoint_to_resume(last_path: str) -> dict | None:
-    """--resume: the last epoch's checkpoint, or None (said on stderr) when there is none yet."""
-    if not os.path.exists(last_path):
-        print(f"--resume: there is no {last_path} yet, so this run starts at epoch 1", file=sys.stderr)
-        return None
-    return load_checkpoint(last_path, needs=("model", "optimizer", "scheduler", "state", "rng"))
-
-
-def restore(last: dict, model, optimizer, scheduler, device):
-    """Continue exactly where `last` stopped: weights, optimizer moments, the schedule's step, the random states.
-    (After the scheduler is built, which resets the rate: the optimizer's state holds the rate the last step used.)"""
-    model.load_state_dict(last["model"])
-    optimizer.load_state_dict(last["optimizer"])
-    scheduler.load_state_dict(last["scheduler"])
-    torch.set_rng_state(last["rng"]["torch"])
-    if device.type == "cuda" and "cuda" in last["rng"]:
-        torch.cuda.set_rng_state(last["rng"]["cuda"], device)
-
-
 def label_smoothing_at(epoch: int, schedule: str) -> float:
     """--label-smoothing "0.2:100,0.1:25,0.05": 0.2 for 100 epochs, then 0.1 for 25, then 0.05 to the end
     (Appendix E: lowering the smoothing near the end improved every SPoC model); "0.1": 0.1 throughout."""
@@ -1167,6 +1131,52 @@ def learning_rate_factor(step: int, args, total_steps: int) -> float:
     return warmup
 
 
+# Resume (fit's docstring says how): the settings a resumed run keeps, what last.pt holds, and how it is restored.
+
+# What a resumed run may change: how long it goes on, where it runs, how often it reports. Anything else (its data
+# too) would make it another run than the one it continues. (--epochs under a linear schedule also moves the rest of the
+# decay, which ends at the last epoch: the run then ends unlike an unbroken one of either length.)
+MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
+
+
+def check_resume_settings(args, last_path: str, say_changes: bool):
+    """--resume continues a run with the settings it ran with: refuse any other, but for MAY_CHANGE_ON_RESUME,
+    which it names (say_changes: on stderr, as the run's first line)."""
+    ran_with = load_checkpoint(last_path, needs=("args",))["args"]
+    differ = {name: f"--{name.replace('_', '-')} {value} (it ran with {ran_with[name]})" for name, value in
+              sorted(vars(args).items()) if ran_with.get(name, value) != value and name not in ("resume", "overwrite")}
+    refused = [text for name, text in differ.items() if name not in MAY_CHANGE_ON_RESUME]
+    if refused:
+        raise UsageError(f"--resume: {'; '.join(refused)}: resume with its settings, or --overwrite to start over")
+    if differ and say_changes:
+        print(f"--resume: changed {'; '.join(differ.values())}", file=sys.stderr)
+
+
+def random_states(device) -> dict:
+    """The generators a resumed run must continue from: the CPU's, and the GPU's where it trains (dropout, samples)."""
+    return {"torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda"
+                                               else {})}
+
+
+def checkpoint_to_resume(last_path: str) -> dict | None:
+    """--resume: the last epoch's checkpoint, or None (said on stderr) when there is none yet."""
+    if not os.path.exists(last_path):
+        print(f"--resume: there is no {last_path} yet, so this run starts at epoch 1", file=sys.stderr)
+        return None
+    return load_checkpoint(last_path, needs=("model", "optimizer", "scheduler", "state", "rng"))
+
+
+def restore(last: dict, model, optimizer, scheduler, device):
+    """Continue exactly where `last` stopped: weights, optimizer moments, the schedule's step, the random states.
+    (After the scheduler is built, which resets the rate: the optimizer's state holds the rate the last step used.)"""
+    model.load_state_dict(last["model"])
+    optimizer.load_state_dict(last["optimizer"])
+    scheduler.load_state_dict(last["scheduler"])
+    torch.set_rng_state(last["rng"]["torch"])
+    if device.type == "cuda" and "cuda" in last["rng"]:
+        torch.cuda.set_rng_state(last["rng"]["cuda"], device)
+
+
 def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
         denoiser=None, error_free=None, val_share=None):
     """Train with AdamW, validate after every epoch, keep the best epoch in out_dir/model.pt (the latest in
@@ -1174,10 +1184,11 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     parameters to train (BART's first stage); `extra` goes into every checkpoint; on_epoch(model, epoch) may add a
     note to an epoch's line.
 
-    Batches: train_pairs_for_epoch(epoch) gives the epoch's (src, tgt) id pairs (finetune.py: the labeled pairs, every
-    epoch; train_denoiser.corrupted_pairs: the outputs corrupted with Random(f"{seed}-epoch{epoch}"), or with
-    Random(f"{seed}-once") for --pi-data authors); batches_of cuts them into batches of similar length, ties and batch
-    order from Random(f"{seed}-batch order-{epoch}"); a worker process makes each epoch while the one before it trains
+    Batches: train_pairs_for_epoch(epoch) gives the epoch's (src, tgt) id pairs (finetune.py: the labeled pairs,
+    every epoch, and composed --unlabeled-inputs' inputs alone, tgt None; train_denoiser.corrupted_pairs: the
+    outputs corrupted with Random(f"{seed}-epoch{epoch}"), or with Random(f"{seed}-once") for --pi-data authors);
+    batches_of cuts them into batches of similar length, ties and batch order from
+    Random(f"{seed}-batch order-{epoch}"); a worker process makes each epoch while the one before it trains
     (epoch_loader).
 
     The kept epoch: the lowest validation loss (validation_loss) or, with a frozen `denoiser` Pi (on the device, in
@@ -1300,9 +1311,10 @@ def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, ep
 # one sample and the batch baseline, as good on validation as two samples at the same compute, at 3x a standard
 # step's cost instead of 5x (EXPERIMENTS.md, "the REINFORCE estimator"); composed_weight 0.1 is REINFORCE's (Appendix
 # D); the straight-through estimators want 1 (at 0.1 they are level with no term at all), tau is gumbel's temperature
-# (EXPERIMENTS.md, "straight-through and Gumbel"); gamma, the clamp's floor; lam, the direct term's weight.
+# (EXPERIMENTS.md, "straight-through and Gumbel"); gamma, the clamp's floor; lam, the direct term's weight;
+# unlabeled_inputs, inputs with no gold output an epoch that the first term also sees (0, the paper's: none).
 EQ1 = dict(estimator="reinforce", samples=1, reinforce_baseline="batch", clamp="reward", gamma=-50.0,
-           composed_weight=0.1, lam=1.0, tau=1.0)
+           composed_weight=0.1, lam=1.0, tau=1.0, unlabeled_inputs=0)
 
 
 def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: float, error_free=None,
@@ -1319,16 +1331,25 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: 
     Appendix D). settings: the run's args, whose values of these names (samples, estimator, reinforce_baseline, clamp,
     gamma, composed_weight, lam, tau) are EQ1's (just above) unless a flag said otherwise. error_free: Pi's g
     (Appendix E), a bool per y'. max_len, for tests: the samples' limit (default: the batch's padded gold width + 16,
-    at most twice the source + 10 (max_output_length); a GPU pads widths to a multiple of 8; cutting there is part of
-    the sampling distribution, for which the estimator is exact).
+    at most twice the source + 10 (max_output_length), which alone limits inputs with no gold; a GPU pads widths to a
+    multiple of 8; cutting there is part of the sampling distribution, for which the estimator is exact).
     y' is drawn with dropout off, as f predicts at test time; log p_theta(y'|x) is scored with f in training mode,
     dropout on as for the direct term: REINFORCE's gradient is then that of a dropout-perturbed f's log-probability
-    of y', an approximation that is exact without dropout (the cpu preset's f has only its residual dropout, 0.1)."""
+    of y', an approximation that is exact without dropout (the cpu preset's f has dropout 0.1 on its embeddings and
+    residuals; the paper preset's, attention and activation dropout 0.2 besides).
+    A batch of inputs with no gold output (targets of one PAD each: finetune.py --unlabeled-inputs, common.batches)
+    has the first term alone, with y' itself as Pi's target: the reward log p_beta(y'|y') is Pi's likelihood of leaving
+    y' as it is, which needs no gold; divided by the batch's source tokens (a count that does not depend on y')."""
     s, samples = settings, settings.samples
-    max_len = max_len or min(max_output_length(f, src), tgt_out.shape[1] + 16)
+    no_gold = tgt_out.shape[1] == 1 and bool((tgt_out == PAD_ID).all())  # (a host sync for such batches alone)
+    longest = max_output_length(f, src)
+    max_len = max_len or (longest if no_gold else min(longest, tgt_out.shape[1] + 16))
     y_prime = sample_outputs(f, src, samples, max_len)                                  # y' ~ p_theta(.|x)
     noisy = with_eos(y_prime)                                                           # y' + EOS, as Pi reads it
-    gold_in, gold_out = tgt_in.repeat_interleave(samples, 0), tgt_out.repeat_interleave(samples, 0)
+    if no_gold:  # Pi's target: y' itself
+        target_in, target_out = shift_right(noisy), noisy
+    else:        # Pi's target: the gold y
+        target_in, target_out = tgt_in.repeat_interleave(samples, 0), tgt_out.repeat_interleave(samples, 0)
     memory, memory_mask = f.encode(src)  # one encoder pass (with gradient) for both terms
     # f teacher-forced on its samples, once: log p_theta(y'|x), and f's distribution at every position of y'
     f_logits = f.decode(shift_right(noisy), memory.repeat_interleave(samples, 0),
@@ -1336,9 +1357,9 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: 
     if s.estimator == "reinforce":
         log_p_sample = sample_log_probs(f_logits, y_prime, s.clamp, s.gamma, max_len)   # log p_theta(y'|x)
         with torch.no_grad():  # the frozen Pi scores y': a reward, no gradient
-            reward = log_likelihood(denoiser.decode(gold_in, *denoiser.encode(noisy)), gold_out)  # log p_beta(y|y')
+            reward = log_likelihood(denoiser.decode(target_in, *denoiser.encode(noisy)), target_out)  # log p_beta(y|y')
             if error_free is not None:  # SPoC's Pi = (g, nu): what g passes stays as it is
-                reward = torch.where(error_free(y_prime), torch.where(same_sequences(noisy, gold_out), 0.0, s.gamma),
+                reward = torch.where(error_free(y_prime), torch.where(same_sequences(noisy, target_out), 0.0, s.gamma),
                                      reward)
             reward = reward.clamp(min=s.gamma) if s.clamp == "reward" else reward
         rewards = reward.view(-1, samples)  # (inputs, samples)
@@ -1346,7 +1367,9 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: 
         composed = -(advantage * log_p_sample).sum()                                    # REINFORCE
     else:  # straight-through, gumbel: Pi reads y' as one-hot rows through which a gradient reaches f
         rows = relaxed_rows(f_logits, noisy, s.estimator, s.tau)
-        composed = -log_likelihood(denoiser.decode(gold_in, *denoiser.encode(noisy, rows)), gold_out).sum()
+        composed = -log_likelihood(denoiser.decode(target_in, *denoiser.encode(noisy, rows)), target_out).sum()
+    if no_gold:
+        return s.composed_weight * composed / samples / (src != PAD_ID).sum()
     direct = sequence_loss(f.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)  # -log p_theta(y|x)
     return s.composed_weight * composed / samples / (tgt_out != PAD_ID).sum() + s.lam * direct   # minus Eq. 1
 

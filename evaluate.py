@@ -107,7 +107,8 @@ def default_splits(data: str) -> str:
 def check_splits(data: str, splits: str, flag: str) -> list[str]:
     """The splits a comma-separated list names, each checked before any work: one the data folder lacks is one line."""
     common.read_manifest(data)  # first, that --data is a data folder
-    have = sorted({name.rsplit(".", 1)[0] for name in os.listdir(data) if name.endswith((".src", ".inp", ".ids"))})
+    have = sorted({name.rsplit(".", 1)[0] for name in os.listdir(data) if name.endswith((".src", ".inp", ".ids"))}
+                  - {"unlabeled"})  # (unlabeled.src and .tgt are not pairs)
     missing = [split for split in splits.split(",") if split not in have]
     if missing:
         raise common.UsageError(f"{flag} {splits}: {data} has no {', '.join(missing)} split (it has "

@@ -5,6 +5,7 @@
     python finetune.py --method bart             # encoder alone (bart/frozen/), then all -> runs/bart/model.pt
     python finetune.py --method composed         # Pi(f(x)): f from runs/standard, Pi frozen -> runs/composed/model.pt
     python finetune.py --method composed --estimator straight-through --composed-weight 1 --out runs/composed_st
+    python finetune.py --method composed --unlabeled-inputs 1000 --out runs/composed_unlabeled  # + inputs, no gold
     python finetune.py --method backtranslation  # + synthetic pseudocode for unlabeled code -> runs/backtranslation/
     python finetune.py --method composed --init runs/bart/model.pt --out runs/composed_bart
     python finetune.py --method standard --layers 4 --denoiser runs/denoiser_deep/model.pt --out runs/standard_deep
@@ -117,6 +118,10 @@ def parse_args(argv=None):
     composed.add_argument("--composed-weight", type=float, help="scale of the composed term")
     composed.add_argument("--lam", type=float, help="lambda, the weight of the direct term")
     composed.add_argument("--tau", type=float, help="gumbel: the Gumbel-softmax's temperature")
+    composed.add_argument("--unlabeled-inputs", type=int, metavar="N",
+                          help="the first term also over N inputs with no gold output an epoch (the next N lines of "
+                               "DATA/unlabeled.src), its reward Pi's log-likelihood of leaving y' as it is, "
+                               "log p_beta(y'|y'); 0: labeled inputs only, the paper's")
     parser.add_argument("--keep-by", choices=("loss", "exact", "valid"),
                         help="the epoch kept in model.pt: the lowest validation loss; or the highest share of val "
                              "decoded greedily (composed: Pi(f(x))) that is the gold output exactly, or that a task's "
@@ -136,7 +141,7 @@ def parse_args(argv=None):
                 estimator != args.estimator:
             parser.error(f"--{name.replace('_', '-')} applies to --estimator {estimator} only")
     common.check_ranges(parser, args, at_least_1="samples labeled reverse_epochs labeled_epochs", positive="tau",
-                        not_negative="synthetic_programs frozen_epochs composed_weight lam")
+                        not_negative="synthetic_programs frozen_epochs composed_weight lam unlabeled_inputs")
     if args.method == "bart" and not 0 <= args.frozen_epochs < args.epochs:
         parser.error(f"bart: --frozen-epochs ({args.frozen_epochs}) must be below --epochs ({args.epochs})")
     if args.keep_by != "loss" and args.method in ("bart", "backtranslation"):
@@ -175,6 +180,21 @@ def load_pairs(data_dir: str, split: str, tokenizer) -> list[tuple[list[int], li
     if not sources or len(sources) != len(targets):
         raise common.UsageError(f"{data_dir}/{split}.src and .tgt must have the same, non-zero number of lines")
     return list(zip(tokenizer.encode(sources), tokenizer.encode(targets)))
+
+
+def unlabeled_inputs(args, tokenizer):
+    """composed --unlabeled-inputs N: epoch e's N inputs with no gold output, lines (e - 1) N .. e N - 1 of
+    DATA/unlabeled.src (from its start again after its end), as (source ids, None) pairs, which common.batches puts
+    in batches of their own."""
+    if args.method != "composed" or not args.unlabeled_inputs:
+        return lambda epoch: []
+    path = os.path.join(args.data, "unlabeled.src")
+    sources = tokenizer.encode(common.read_lines(path)) if os.path.isfile(path) else []
+    if not sources:
+        raise common.UsageError(f"--unlabeled-inputs needs inputs with no gold output, one a line, in {path} "
+                                "(make_sanstype.py writes them)")
+    n = args.unlabeled_inputs
+    return lambda epoch: [(sources[i % len(sources)], None) for i in range((epoch - 1) * n, epoch * n)]
 
 
 def encoder_parameters(model) -> list[str]:
@@ -221,6 +241,7 @@ def finetune(args):
     if args.method in ("standard", "bart", "composed"):  # Pi's noise, seed and settings, for evaluate.py's tables
         extra.update({f"denoiser_{key}": denoiser_checkpoint.get(key) for key in ("corruption", "own_noise",
                                                                                   "paper_table", "args")})
+    inputs_alone = unlabeled_inputs(args, tokenizer)
     common.claim_output(args)  # every input checked: now the run may begin
     print(f"{args.method}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
           f"{len(train_pairs)} labeled pairs, {args.dataset} preset {args.preset}\nsettings: {common.settings(args)}",
@@ -237,7 +258,8 @@ def finetune(args):
                            with_epochs(args, args.epochs - args.frozen_epochs), args.out, extra)
     else:
         g = common.error_detector(denoiser_checkpoint) if composed_training else None  # composed: Pi's g, if any
-        state = common.fit(model, lambda epoch: train_pairs, val_pairs, args, args.out, extra, **composed_training,
+        state = common.fit(model, lambda epoch: train_pairs + inputs_alone(epoch), val_pairs, args, args.out, extra,
+                           **composed_training,
                            val_share=judged_share(args, tokenizer, composed_training.get("denoiser"), g))
     print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}"
           f"{common.shown(state.get('best_share'), args)}) -> {os.path.join(args.out, 'model.pt')}")

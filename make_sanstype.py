@@ -25,6 +25,7 @@ Writes, one program per line and the same line number across a split's files:
     {train,val,test,ood}.inp   the stdin values, tab-separated (empty line: the program reads nothing)
     {train,val,test,ood}.out   what the gold program prints: found by compiling and running it with the judge
     unlabeled.tgt              code only, to pre-train the denoiser
+    unlabeled.src              their pseudocode: inputs with no gold output (finetune.py --unlabeled-inputs)
     spm.model                  sentencepiece BPE, one vocabulary for train pseudocode + all training code
 train, val and test use the in-distribution pseudocode templates; ood the OOD templates below, with the same
 programs' distribution. The same --seed gives the same bytes; each split has its own random stream, so
@@ -316,11 +317,13 @@ def make_sanstype(args):
         shutil.copyfile(os.path.join(args.released, f"{name}.{ext}"), os.path.join(args.out, f"{name}.{ext}.tmp"))
         os.replace(os.path.join(args.out, f"{name}.{ext}.tmp"), os.path.join(args.out, f"{name}.{ext}"))
     common.write_lines(os.path.join(args.out, "unlabeled.tgt"), splits["unlabeled"][1])
+    common.write_lines(os.path.join(args.out, "unlabeled.src"), splits["unlabeled"][0])
     with open(os.path.join(args.out, "spm.model"), "wb") as f:
         f.write(spm_model)
     common.write_manifest(args.out, "sanstype", seed=args.seed, authors_splits=list(released),
                           **({"released_from": os.path.abspath(args.released)} if released else {}))
-    print(f"wrote {args.out}/{{train,val,test,ood}}.{{src,tgt,inp,out}}, unlabeled.tgt, spm.model, dataset.json")
+    print(f"wrote {args.out}/{{train,val,test,ood}}.{{src,tgt,inp,out}}, unlabeled.{{tgt,src}}, spm.model, "
+          "dataset.json")
 
 
 if __name__ == "__main__":

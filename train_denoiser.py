@@ -211,9 +211,9 @@ def train(args):
     def report_repairs(model, epoch):
         """On the first --repair-programs corrupted val outputs: how many the noise changed; how many of those Pi's
         greedy repair (through g, if Pi has one) turns back into the original exactly; the share of all of them exact
-        after repair (those the noise left alone included); then the share valid: g++ compiles it (SansType), RDKit
-        reads it (molecules), the task's command passes it (a task; nothing without one); SPoC: % correct on its
-        problem's hidden tests."""
+        after repair (those the noise left alone included); then the share valid: g++ compiles it (SansType:
+        judge.run_programs' status on empty input is not compile_error), RDKit reads it (molecules), the task's
+        command passes it (a task; nothing without one); SPoC: % correct on its problem's hidden tests."""
         if not args.repair_every or epoch % args.repair_every:
             return ""
         noisy, clean = val_noisy[:args.repair_programs], val[:args.repair_programs]

@@ -8,13 +8,16 @@ training batches (finetune.py's batch size and order) with --draws draws of y' ~
                 about 1/draws where the draws are noise around a mean near 0 (medians over batches)
   gold samples  the share of the sampled y' that are the gold output exactly: where f samples the gold, every reward
                 of a batch is alike and the baseline leaves little of the term
+  gold-free     the reward finetune.py --unlabeled-inputs trains with where there is no gold, log p_beta(y'|y') (Pi's
+                likelihood of leaving y' as it is), on one y' ~ p_theta(.|x) per val input: how often it ranks a y'
+                equal to the gold above one that is not (AUC; 0.5: it cannot tell them apart)
 
     python tests/bench_gradients.py --data data/sanstype --init runs/standard/model.pt --denoiser runs/denoiser/model.pt
     python tests/bench_gradients.py --data data/dates --init runs/dates/standard_0/model.pt \\
         --denoiser runs/dates/denoiser/model.pt --batches 20 --draws 10
 
 Last line: reinforce_vs_direct=X (median ratio) cosine=Y (of the means) signal_reinforce=Z signal_direct=W
-gold_samples=V.
+gold_samples=V val_gold_samples=U gold_free_auc=T.
 """
 import argparse
 import os
@@ -76,6 +79,24 @@ def figures(batches_of_gradients: list[dict]) -> dict:
             "signal_direct": statistics.median(signal["direct"]), "gold_samples": sum(gold) / len(gold)}
 
 
+@torch.no_grad()
+def gold_free_reward(f, denoiser, pairs, batch_size: int, device) -> dict:
+    """The gold-free reward of composed_loss's batches of inputs alone, log p_beta(y'|y'), on one sample y' per input
+    of `pairs`, against the gold it does without: the share of y' equal to the gold, and the reward's AUC between those
+    and the others."""
+    right, wrong = [], []
+    for src, _, tgt_out in common.batches(pairs, batch_size):
+        src, tgt_out = src.to(device), tgt_out.to(device)
+        noisy = common.with_eos(common.sample_outputs(f, src, 1, common.max_output_length(f, src)))
+        reward = common.log_likelihood(denoiser.decode(common.shift_right(noisy), *denoiser.encode(noisy)), noisy)
+        for r, is_gold in zip(reward.tolist(), common.same_sequences(noisy, tgt_out).tolist()):
+            (right if is_gold else wrong).append(r)
+    pairs_compared = len(right) * len(wrong)
+    ranked_above = sum((a > b) + 0.5 * (a == b) for a in right for b in wrong)
+    auc = ranked_above / pairs_compared if pairs_compared else float("nan")
+    return {"val_gold_samples": len(right) / (len(right) + len(wrong)), "gold_free_auc": auc}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="data/sanstype")
@@ -98,13 +119,16 @@ def main(argv=None):
     chosen = common.batches(pairs, settings.batch_size, random.Random(f"{settings.seed}-batch order-1"))[:args.batches]
     measured = [term_gradients(f, denoiser, [t.to(device) for t in batch], settings, args.draws, 1000 * i)
                 for i, batch in enumerate(chosen)]
-    x = figures(measured)
+    torch.manual_seed(0)
+    x = {**figures(measured), **gold_free_reward(f, denoiser, finetune.load_pairs(args.data, "val", tokenizer),
+                                                 settings.batch_size, device)}
     print(f"{len(chosen)} batches of {settings.batch_size}, {args.draws} draws each; {settings.estimator}, baseline "
           f"{settings.reinforce_baseline}, composed_weight {settings.composed_weight}, lam {settings.lam}")
     print(f"|g_reinforce| / |g_direct|: median {x['ratio']:.4f} (quartiles {x['ratio_q1']:.4f}-{x['ratio_q3']:.4f}), "
           f"{100 * x['ratio_under_1pct']:.0f}% of draws under 1%; cosine per draw {x['cosine_per_draw']:.3f}")
     print(f"reinforce_vs_direct={x['ratio']:.4f} cosine={x['cosine']:.3f} signal_reinforce={x['signal_reinforce']:.3f} "
-          f"signal_direct={x['signal_direct']:.3f} gold_samples={x['gold_samples']:.3f}")
+          f"signal_direct={x['signal_direct']:.3f} gold_samples={x['gold_samples']:.3f} "
+          f"val_gold_samples={x['val_gold_samples']:.3f} gold_free_auc={x['gold_free_auc']:.3f}")
     return x
 
 

@@ -280,3 +280,34 @@ def test_the_gradient_bench_sees_no_reinforce_gradient_where_f_always_samples_th
     figures = bench_gradients.figures([measured])
     assert (figures["ratio"], figures["gold_samples"], figures["signal_reinforce"]) == (0.0, 1.0, 0.0)
     assert free["ratio"] > 0 and free["gold_samples"] < 1
+
+
+def test_over_inputs_with_no_gold_the_estimate_matches_the_enumerated_gradient():
+    """finetune.py --unlabeled-inputs: a batch of inputs alone (targets of one PAD each, as common.batches makes them)
+    trains the first term with Pi's likelihood of leaving y' as it is, log p_beta(y'|y'), as its reward: the mean
+    estimate matches the exact gradient of sum_y' p_theta(y'|x) max(log p_beta(y'|y'), gamma), not the labeled one's."""
+    model, denoiser = tiny_model(0).eval(), tiny_model(9).eval()
+    with torch.no_grad():
+        denoiser.embed.weight *= 2
+    src, gamma, batch, draws = torch.tensor([[4, 5, common.EOS_ID]]), -14.9, 250, 40
+    outputs = every_output()
+    model.zero_grad()
+    log_p = log_p_theta(model, src, outputs)
+    with torch.no_grad():  # each y' scored as its own gold
+        reward = torch.cat([log_p_beta(denoiser, common.Decoded(outputs.tokens[i:i + 1], outputs.lengths[i:i + 1]), ids)
+                            for i, ids in enumerate(common.as_lists(outputs))])
+    (log_p.exp() * reward.clamp(min=gamma)).sum().backward()
+    exact = torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    torch.manual_seed(2)
+    model.zero_grad()
+    no_gold = torch.full((batch, 1), common.PAD_ID)
+    settings = composed_settings(samples=4, gamma=gamma, composed_weight=1.0)
+    for _ in range(draws):
+        common.composed_loss(model, denoiser, src.expand(batch, -1), no_gold, no_gold, settings, 0.0,
+                             max_len=MAX_LEN).backward()
+    source_tokens = batch * src.shape[1]  # the loss is per source token and minimised
+    estimate = -torch.cat([p.grad.flatten() for p in model.parameters()]) * source_tokens / batch / draws
+    assert (estimate - exact).norm() / exact.norm() < 0.05
+    labeled = exact_gradient(model, denoiser, src, [5, 4], gamma)
+    assert (labeled - exact).norm() / exact.norm() > 0.5

@@ -20,8 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "fixtures", "released")
 TINY = ["--labeled", "30", "--unlabeled", "100", "--num-eval", "20", "--vocab-size", "200", "--seed", "1"]
 SPLITS = ["train", "val", "test", "ood"]
-FILES = [f"{s}.{e}" for s in SPLITS for e in ("src", "tgt", "inp", "out")] + ["unlabeled.tgt", "spm.model",
-                                                                              "dataset.json"]
+FILES = [f"{s}.{e}" for s in SPLITS for e in ("src", "tgt", "inp", "out")] + ["unlabeled.tgt", "unlabeled.src",
+                                                                              "spm.model", "dataset.json"]
 
 
 def read_lines(path):
@@ -89,7 +89,7 @@ def test_files_line_up(dataset):
             # one .src statement per .tgt statement, one stdin value per cin
             assert src.count(" $ ") == tgt.count(" $ ")
             assert len(inp.split("\t")) == tgt.count("cin >>") or (inp == "" and "cin" not in tgt)
-    assert len(read_lines(out / "unlabeled.tgt")) == 100
+    assert len(read_lines(out / "unlabeled.tgt")) == len(read_lines(out / "unlabeled.src")) == 100
 
 
 def test_every_gold_program_prints_its_out(dataset):
@@ -316,10 +316,11 @@ def test_the_chain_runs_on_the_authors_splits_and_the_table_marks_them(released_
     import train_denoiser
     smoke = ["--data", str(released_data), "--preset", "smoke"]
     train_denoiser.main([*smoke, "--out", str(tmp_path / "pi"), "--epochs", "1", "--repair-every", "0"])
-    finetune.main(["--method", "standard", *smoke, "--denoiser", str(tmp_path / "pi/model.pt"), "--out",
-                   str(tmp_path / "standard"), "--epochs", "1"])
-    finetune.main(["--method", "composed", *smoke, "--denoiser", str(tmp_path / "pi/model.pt"), "--init",
-                   str(tmp_path / "standard/model.pt"), "--out", str(tmp_path / "composed"), "--epochs", "1"])
+    few = ["--epochs", "1", "--labeled", "40"]  # the table's marks are the point here, not the training
+    finetune.main(["--method", "standard", *smoke, *few, "--denoiser", str(tmp_path / "pi/model.pt"), "--out",
+                   str(tmp_path / "standard")])
+    finetune.main(["--method", "composed", *smoke, *few, "--denoiser", str(tmp_path / "pi/model.pt"), "--init",
+                   str(tmp_path / "standard/model.pt"), "--out", str(tmp_path / "composed")])
     for run in ("standard", "composed"):
         evaluate.main([str(tmp_path / run / "model.pt"), "--data", str(released_data), "--splits", "val,test"])
     capsys.readouterr()

@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -646,3 +647,37 @@ def test_padding_to_a_multiple_of_8_changes_no_loss(data):
                                                                               (src8, tgt_in8, tgt_out8)))
         assert loss8.item() == pytest.approx(loss.item(), abs=1e-5)
     assert any(src8.shape != src.shape for (src, _, _), (src8, _, _) in zip(tight, padded))  # some were padded
+
+
+def test_inputs_with_no_gold_come_in_batches_of_their_own_the_next_ones_each_epoch(data, denoiser, tmp_path):
+    """composed --unlabeled-inputs N: epoch e adds lines (e - 1) N .. e N - 1 of unlabeled.src (from the start again
+    after the end) as inputs alone, which common.batches never mixes with labeled pairs; a run trains with them; a
+    data folder without unlabeled.src is refused in one line, nothing written."""
+    args = finetune.parse_args(["--method", "composed", "--preset", "smoke", "--data", str(data), "--out",
+                                str(tmp_path / "run"), "--unlabeled-inputs", "25"])
+    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
+    inputs_alone = finetune.unlabeled_inputs(args, tokenizer)
+    sources = tokenizer.encode(common.read_lines(str(data / "unlabeled.src")))  # 60 of them
+    assert inputs_alone(2) == [(x, None) for x in sources[25:50]] and inputs_alone(3) == [
+        (x, None) for x in sources[50:] + sources[:15]]
+    pairs = finetune.load_pairs(str(data), "train", tokenizer)
+    made = common.batches(pairs + inputs_alone(1), 8, random.Random(0))
+    alone = [batch for batch in made if (batch[2] == common.PAD_ID).all()]  # targets of one PAD each
+    labeled = [batch for batch in made if (batch[2][:, 0] != common.PAD_ID).all()]  # every row with its gold
+    assert sorted(len(src) for src, _, _ in alone) == [1, 8, 8, 8] and all(t.shape[1] == 1 for _, t, _ in alone)
+    assert sum(len(src) for src, _, _ in labeled) == 40 and len(alone) + len(labeled) == len(made)
+    f = script("finetune.py", "--method", "standard", "--preset", "smoke", "--data", data, "--denoiser", denoiser[0],
+               "--epochs", "1", "--out", tmp_path / "f")
+    result = script("finetune.py", "--method", "composed", "--preset", "smoke", "--data", data, "--init",
+                    tmp_path / "f" / "model.pt", "--denoiser", denoiser[0], "--unlabeled-inputs", "25", "--epochs", "1",
+                    "--out", tmp_path / "run")
+    assert f.returncode == 0 and result.returncode == 0, f.stderr + result.stderr
+    assert common.load_checkpoint(str(tmp_path / "run" / "model.pt"))["args"]["unlabeled_inputs"] == 25
+    bare = tmp_path / "bare"
+    shutil.copytree(data, bare)
+    os.remove(bare / "unlabeled.src")
+    result = script("finetune.py", "--method", "composed", "--preset", "smoke", "--data", bare, "--init",
+                    tmp_path / "f" / "model.pt", "--denoiser", denoiser[0], "--unlabeled-inputs", "25", "--out",
+                    tmp_path / "refused")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "unlabeled.src" in result.stderr and not (tmp_path / "refused").exists()
