@@ -189,7 +189,7 @@ def test_resume_after_kill_9_loses_at_most_an_epoch(data, tmp_path):
     assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]
 
 
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(data, denoiser, tmp_path):
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(data, denoiser, tmp_path, capsys):
     other = tmp_path / "other"
     make_sanstype.main(["--out", str(other), "--labeled", "20", "--unlabeled", "20", "--num-eval", "4",
                         "--vocab-size", "120", "--seed", "4"])
@@ -215,10 +215,15 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(data, denoiser, tmp_pat
          "encoder_layers 1 (this run: 2)"),  # the run's model must fit the weights it starts from
         (("evaluate.py", not_a_checkpoint, "--data", data), "not a checkpoint"),
     ]
-    for args, message in cases:
-        result = script(*args, "--out", out) if args[0] != "evaluate.py" else script(*args)
-        assert result.returncode == 2, (args, result.stderr)
-        assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, (args, result.stderr)
+    mains = {"finetune.py": finetune.main, "train_denoiser.py": train_denoiser.main, "evaluate.py": evaluate.main}
+    capsys.readouterr()  # (make_sanstype's lines)
+    for args, message in cases:  # in this process (a second each, not a fresh Python's two)
+        argv = [str(arg) for arg in args[1:]] + ["--out", str(out)] * (args[0] != "evaluate.py")
+        with pytest.raises(SystemExit) as exit_:
+            mains[args[0]](argv)
+        err = capsys.readouterr().err.strip()
+        assert exit_.value.code == 2, (args, err)
+        assert len(err.splitlines()) == 1 and message in err, (args, err)
     assert not out.exists()
 
 
