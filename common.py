@@ -1312,7 +1312,8 @@ def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, ep
 # step's cost instead of 5x (EXPERIMENTS.md, "the REINFORCE estimator"); composed_weight 0.1 is REINFORCE's (Appendix
 # D); the straight-through estimators want 1 (at 0.1 they are level with no term at all), tau is gumbel's temperature
 # (EXPERIMENTS.md, "straight-through and Gumbel"); gamma, the clamp's floor; lam, the direct term's weight;
-# unlabeled_inputs, inputs with no gold output an epoch that the first term also sees (0, the paper's: none).
+# unlabeled_inputs, inputs with no gold output an epoch that the first term also sees (0, the paper's: none; finetune.py
+# reads it, composed_loss knows such a batch by its targets).
 EQ1 = dict(estimator="reinforce", samples=1, reinforce_baseline="batch", clamp="reward", gamma=-50.0,
            composed_weight=0.1, lam=1.0, tau=1.0, unlabeled_inputs=0)
 
