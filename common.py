@@ -2,19 +2,23 @@
 
 Table of contents
   1. Tokenizer and data files   sentencepiece BPE over the joined source/output vocabulary; data folders, kept
-  2. Transformer                the encoder-decoder: encode, decode (teacher forcing), generate
+  2. Transformer                the encoder-decoder: encode, decode (teacher forcing), generate; then greedy
+                                translation and Pi's repairs (translate, denoise)
      2b. Fast decoding          optional reading: generate's cache, fixed-shape steps and CUDA graph, which must
-                                decode as the plain decoder does (re-running decode over the prefix)
+                                decode as the plain decoder does (re-running decode over the prefix); decode_step
+                                draws each token (composed training's samples y' too)
   3. U-Net                      the image denoiser of the font experiment (fonts.py)
   4. Corruptions                noise for denoiser pre-training: code-based, random deletions, SMILES edits, any
                                 task's piece edits; RDKit's canonical SMILES, the molecules' judge
-  5. Checkpoints and run folders  self-contained model files; a finished run is never replaced unasked
-  6. Training loop              batches, early stopping, resume, learning-rate schedules, bf16; no waiting on a GPU;
-                                one step, from a batch to the optimizer's step, just above section 7
-  7. The method's losses        Eq. 1 (composed_loss) with its settings (EQ1) and its estimators, the REINFORCE
-                                baseline, the validation criterion that keeps an epoch; sequence cross entropy
-  8. Settings and command line  the presets' columns and the architecture (Pi's and f's); flags with the preset's
-                                (or a resumed run's) values, one-line errors, progress
+  5. Checkpoints, run folders   self-contained model files; a finished run is never replaced unasked; resume:
+     and resume                 what a resumed run keeps and how it is restored
+  6. Training loop              learning-rate schedules, bf16; each epoch's batches, made ahead in a worker; fit()
+                                with early stopping; one step, from a batch to the optimizer's step, just above
+                                section 7; no waiting on a GPU
+  7. The method's losses        Eq. 1 (composed_loss) with its settings (EQ1), the REINFORCE baseline, the reward's
+                                log-likelihood, its estimators; the validation criteria that keep an epoch
+  8. Settings and command line  the presets' columns, the architecture (Pi's and f's) and what every preset shares;
+                                flags with the preset's (or a resumed run's) values, one-line errors, progress
 
 The judge (compile and run programs, safely and in batches) is judge.py, a module of its own; what only
 SPoC needs (its noise and test cases) is in spoc.py.
@@ -383,10 +387,64 @@ class Transformer(nn.Module):
         return Decoded(tokens, lengths)
 
 
+def never_generated_mask(like, vocab_size: int):
+    """(V,): True at the ids decoders never output (NEVER_GENERATED), on the device of the tensor `like`."""
+    ids = torch.arange(vocab_size, device=like.device)
+    return (ids == PAD_ID) | (ids == BOS_ID)
+
+
+def max_output_length(model, src) -> int:
+    """Where decoding gives up on a batch: code is about 1.2x as long as its pseudocode."""
+    return min(2 * src.shape[1] + 10, model.config.max_positions)
+
+
+def as_lists(decoded: Decoded) -> list[list[int]]:
+    """Each row's ids before EOS, as Python lists (for the tokenizer): a host synchronisation."""
+    return [row[:n] for row, n in zip(decoded.tokens.tolist(), decoded.lengths.tolist())]
+
+
+def with_eos(decoded: Decoded):
+    """(B, T + 1): each row's ids, then EOS (also after a cut one), PAD after: a decoded batch as a source."""
+    return F.pad(decoded.tokens, (0, 1), value=PAD_ID).scatter(1, decoded.lengths[:, None], EOS_ID)
+
+
+@torch.no_grad()
+def translate(model, tokenizer, texts: list[str], batch_size: int, progress: bool = False) -> list[str]:
+    """Greedy outputs of a seq2seq model for a list of texts (the paper decodes greedily), decoded in
+    batches of similar source length (less padding) and returned in input order."""
+    device = next(model.parameters()).device
+    model.eval()
+    sources = tokenizer.encode(texts)
+    order = sorted(range(len(texts)), key=lambda i: len(sources[i]))
+    outputs = [""] * len(texts)
+    meter = Progress(len(texts), "decoding") if progress else None
+    for start in range(0, len(order), batch_size):
+        chosen = order[start:start + batch_size]
+        src = pad([sources[i] + [EOS_ID] for i in chosen]).to(device)
+        ids = as_lists(model.generate(src, max_len=max_output_length(model, src)))
+        for i, text in zip(chosen, tokenizer.decode(ids)):
+            outputs[i] = text
+        if meter:
+            meter.step(len(chosen))
+    return outputs
+
+
+def denoise(denoiser, tokenizer, programs: list[str], batch_size: int, error_free: Callable | None = None,
+            progress: bool = False) -> list[str]:
+    """Pi(y') for each program: the denoiser's greedy repair. With an error detector
+    g (SPoC, Appendix E: Pi(y') = y' where g(y') = 0, else argmax_y p_nu(y | y')), error_free(programs)
+    says which programs g passes, and only the others are repaired."""
+    passed = error_free(programs) if error_free else [False] * len(programs)
+    flagged = [program for program, ok in zip(programs, passed) if not ok]
+    repaired = iter(translate(denoiser, tokenizer, flagged, batch_size, progress=progress))
+    return [program if ok else next(repaired) for program, ok in zip(programs, passed)]
+
+
 # ----------------------------------------------------------------------------
-# 2b. Fast decoding (optional reading): how generate decodes quickly, with a key/value cache, steps of fixed
-#     shapes and, on a GPU, a CUDA graph. It must decode exactly as the plain decoder, which re-runs
-#     Transformer.decode over the whole prefix at every step (tests/test_transformer.py's rerun_decoder).
+# 2b. Fast decoding (optional reading, but for decode_step's draw of each token): how generate decodes quickly, with
+#     a key/value cache, steps of fixed shapes and, on a GPU, a CUDA graph. It must decode exactly as the plain
+#     decoder, which re-runs Transformer.decode over the whole prefix at every step (tests/test_transformer.py's
+#     rerun_decoder).
 # ----------------------------------------------------------------------------
 
 @dataclass
@@ -517,59 +575,6 @@ def capture_cuda_graph(step):
     return graph
 
 
-def never_generated_mask(like, vocab_size: int):
-    """(V,): True at the ids decoders never output (NEVER_GENERATED), on the device of the tensor `like`."""
-    ids = torch.arange(vocab_size, device=like.device)
-    return (ids == PAD_ID) | (ids == BOS_ID)
-
-
-def max_output_length(model, src) -> int:
-    """Where decoding gives up on a batch: code is about 1.2x as long as its pseudocode."""
-    return min(2 * src.shape[1] + 10, model.config.max_positions)
-
-
-def as_lists(decoded: Decoded) -> list[list[int]]:
-    """Each row's ids before EOS, as Python lists (for the tokenizer): a host synchronisation."""
-    return [row[:n] for row, n in zip(decoded.tokens.tolist(), decoded.lengths.tolist())]
-
-
-def with_eos(decoded: Decoded):
-    """(B, T + 1): each row's ids, then EOS (also after a cut one), PAD after: a decoded batch as a source."""
-    return F.pad(decoded.tokens, (0, 1), value=PAD_ID).scatter(1, decoded.lengths[:, None], EOS_ID)
-
-
-@torch.no_grad()
-def translate(model, tokenizer, texts: list[str], batch_size: int, progress: bool = False) -> list[str]:
-    """Greedy outputs of a seq2seq model for a list of texts (the paper decodes greedily), decoded in
-    batches of similar source length (less padding) and returned in input order."""
-    device = next(model.parameters()).device
-    model.eval()
-    sources = tokenizer.encode(texts)
-    order = sorted(range(len(texts)), key=lambda i: len(sources[i]))
-    outputs = [""] * len(texts)
-    meter = Progress(len(texts), "decoding") if progress else None
-    for start in range(0, len(order), batch_size):
-        chosen = order[start:start + batch_size]
-        src = pad([sources[i] + [EOS_ID] for i in chosen]).to(device)
-        ids = as_lists(model.generate(src, max_len=max_output_length(model, src)))
-        for i, text in zip(chosen, tokenizer.decode(ids)):
-            outputs[i] = text
-        if meter:
-            meter.step(len(chosen))
-    return outputs
-
-
-def denoise(denoiser, tokenizer, programs: list[str], batch_size: int, error_free: Callable | None = None,
-            progress: bool = False) -> list[str]:
-    """Pi(y') for each program: the denoiser's greedy repair. With an error detector
-    g (SPoC, Appendix E: Pi(y') = y' where g(y') = 0, else argmax_y p_nu(y | y')), error_free(programs)
-    says which programs g passes, and only the others are repaired."""
-    passed = error_free(programs) if error_free else [False] * len(programs)
-    flagged = [program for program, ok in zip(programs, passed) if not ok]
-    repaired = iter(translate(denoiser, tokenizer, flagged, batch_size, progress=progress))
-    return [program if ok else next(repaired) for program, ok in zip(programs, passed)]
-
-
 # ============================================================================
 # 3. U-Net
 # ============================================================================
@@ -623,8 +628,9 @@ class UNet(nn.Module):
 # 4. Corruptions
 # ============================================================================
 # Noise for pre-training the denoiser: on SansType code, one statement (`$`-separated) at a time, as the authors'
-# generator draws it (code, random deletions); then any task's piece edits and SMILES edits. Pure functions of
-# (output, rng), so every epoch can draw fresh, reproducible noise.
+# generator draws it (code, random deletions); then any task's piece edits and SMILES edits (SPoC's is spoc.py's).
+# Functions of (output, rng) (the piece edits also of the tokenizer), so every epoch can draw fresh, reproducible noise.
+# A new noise: its function here, and its entry in train_denoiser.CORRUPTIONS, which is all --corruption reads.
 CPP_TYPES = ("int", "string", "bool")
 CLEAN_PROBABILITY = 0.1  # every noise here leaves a tenth of the outputs as they are: Pi must also learn to copy
 
@@ -820,22 +826,13 @@ def canonical_smiles(smiles: str) -> str | None:
 
 
 # ============================================================================
-# 5. Checkpoints and run folders
+# 5. Checkpoints, run folders and resume
 # ============================================================================
 # A checkpoint is one self-contained file: the model's config and weights, the tokenizer's
 # bytes, the arguments it was trained with and its best validation loss, so that loading it
 # needs no other file. Training writes two: model.pt (the best epoch so far, for the next
 # stage) and last.pt (the latest epoch with optimizer, step and random states, for --resume).
 # Both are written to a temporary file first and renamed, so a kill never leaves half a file.
-
-def save_checkpoint(path: str, payload: dict):
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-    for stale in glob.glob(f"{glob.escape(path)}.tmp*"):  # left by a run killed while saving
-        os.remove(stale)
-
 
 def load_checkpoint(path: str, needs=("config", "model", "spm")) -> dict:
     if not os.path.isfile(path):
@@ -941,8 +938,72 @@ def claim_output(args):
     os.makedirs(out_dir, exist_ok=True)
 
 
+def save_checkpoint(path: str, payload: dict):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+    for stale in glob.glob(f"{glob.escape(path)}.tmp*"):  # left by a run killed while saving
+        os.remove(stale)
+
+
+# Resume (--resume; fit's docstring says how a run goes on): the settings a resumed run keeps, what last.pt holds
+# besides the model, and how it is restored.
+
+# What a resumed run may change: how long it goes on, where it runs (out: a run folder moved elsewhere, resumed
+# there), how often it reports. Anything else (its data too) would make it another run than the one it continues.
+# (--epochs under a linear schedule also moves the rest of the decay, which ends at the last epoch: the run then ends
+# unlike an unbroken one of either length.)
+MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
+
+
+def settings_ran_with(last_path: str) -> dict:
+    """The settings a run ran with (its flags' values, as last.pt holds them): with --resume, parse_training_args
+    makes them the flags' defaults, so that a resumed run goes on with them."""
+    ran_with = load_checkpoint(last_path, needs=("args",))["args"]
+    return {name: value for name, value in ran_with.items() if name not in ("resume", "overwrite")}
+
+
+def check_resume_settings(args, last_path: str, say_changes: bool):
+    """--resume continues a run with the settings it ran with: refuse any other, but for MAY_CHANGE_ON_RESUME,
+    which it names (say_changes: on stderr, as the run's first line)."""
+    ran_with = settings_ran_with(last_path)
+    differ = {name: f"--{name.replace('_', '-')} {value} (it ran with {ran_with[name]})" for name, value in
+              sorted(vars(args).items()) if name in ran_with and ran_with[name] != value}
+    refused = [text for name, text in differ.items() if name not in MAY_CHANGE_ON_RESUME]
+    if refused:
+        raise UsageError(f"--resume: {'; '.join(refused)}: resume with its settings, or --overwrite to start over")
+    if differ and say_changes:
+        print(f"--resume: changed {'; '.join(differ.values())}", file=sys.stderr)
+
+
+def random_states(device) -> dict:
+    """The generators a resumed run must continue from: the CPU's, and the GPU's where it trains (dropout, samples)."""
+    return {"torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda"
+                                               else {})}
+
+
+def checkpoint_to_resume(last_path: str) -> dict | None:
+    """--resume: the last epoch's checkpoint, or None (said on stderr) when there is none yet."""
+    if not os.path.exists(last_path):
+        print(f"--resume: there is no {last_path} yet, so this run starts at epoch 1", file=sys.stderr)
+        return None
+    return load_checkpoint(last_path, needs=("model", "optimizer", "scheduler", "state", "rng"))
+
+
+def restore(last: dict, model, optimizer, scheduler, device):
+    """Continue exactly where `last` stopped: weights, optimizer moments, the schedule's step, the random states.
+    (After the scheduler is built, which resets the rate: the optimizer's state holds the rate the last step used.)"""
+    model.load_state_dict(last["model"])
+    optimizer.load_state_dict(last["optimizer"])
+    scheduler.load_state_dict(last["scheduler"])
+    torch.set_rng_state(last["rng"]["torch"])
+    if device.type == "cuda" and "cuda" in last["rng"]:
+        torch.cuda.set_rng_state(last["rng"]["cuda"], device)
+
+
 # ============================================================================
-# 6. Training loop: batches, fit() with early stopping and resume, schedules, one epoch's steps
+# 6. Training loop: schedules, each epoch's batches, fit() with early stopping (resume: section 5), one epoch
 # ============================================================================
 
 def pick_device(name: str | None = None) -> torch.device:
@@ -978,6 +1039,40 @@ def autocast(precision: str, device: torch.device):
     """--precision bf16: matrix products in bfloat16; weights, optimizer state and losses stay fp32."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
+
+def label_smoothing_at(epoch: int, schedule: str) -> float:
+    """--label-smoothing "0.2:100,0.1:25,0.05": 0.2 for 100 epochs, then 0.1 for 25, then 0.05 to the end
+    (Appendix E: lowering the smoothing near the end improved every SPoC model); "0.1": 0.1 throughout."""
+    start = 0
+    for stage in str(schedule).split(","):
+        value, _, epochs = stage.partition(":")
+        start += int(epochs) if epochs else 10 ** 9
+        if epoch <= start:
+            return float(value)
+    return float(value)
+
+
+def learning_rate_factor(step: int, args, total_steps: int) -> float:
+    """The multiplier of the peak rate at `step`: a linear warm-up from --warmup-start-lr, then
+      constant      the peak to the end;
+      inverse-sqrt  peak * sqrt(warm-up steps / step), fairseq's schedule, which the paper's models used;
+      linear        a decay that reaches 0 at the last step (the cpu preset).
+    The linear schedule's warm-up takes at most a tenth of the run, so that a short run reaches its peak."""
+    warmup_steps = args.warmup_steps
+    if args.lr_schedule == "linear":
+        warmup_steps = min(warmup_steps, total_steps // 10)
+    warmup_steps = max(1, warmup_steps)
+    start = args.warmup_start_lr / args.lr
+    warmup = min(1.0, start + (1.0 - start) * (step + 1) / warmup_steps)
+    if args.lr_schedule == "linear":
+        return warmup * max(0.0, 1.0 - step / total_steps)
+    if args.lr_schedule == "inverse-sqrt":
+        return warmup * min(1.0, math.sqrt(warmup_steps / (step + 1)))
+    return warmup
+
+
+# Each epoch's batches (fit's docstring, "Batches"): cut from the epoch's pairs (batches) and made one epoch ahead in a
+# worker process (epoch_loader, start_epoch_worker), handed over packed (pack_epoch, unpack_epoch).
 
 def batches(pairs: list, batch_size: int, rng: random.Random | None = None, length_multiple: int = 1) -> list[tuple]:
     """(src, tgt_in, tgt_out) padded LongTensors from (source ids, target ids) pairs. The decoder
@@ -1087,96 +1182,6 @@ def unpack_epoch(packed: tuple, pin: bool = False) -> list[tuple]:
     return epoch_batches
 
 
-@torch.no_grad()
-def validation_loss(model, val_batches) -> float:
-    """Mean per-token cross entropy (no smoothing) of a model teacher-forced on batches on its device
-    (device_batches): the early-stopping criterion."""
-    model.eval()
-    total = tokens = 0
-    for src, tgt_in, tgt_out in val_batches:
-        logits = model(src, tgt_in).float()
-        total += F.cross_entropy(logits.transpose(1, 2), tgt_out, ignore_index=PAD_ID, reduction="sum").double()
-        tokens += (tgt_out != PAD_ID).sum()
-    return (total / tokens).item()  # a CPU-GPU sync point, once per validation
-
-
-def label_smoothing_at(epoch: int, schedule: str) -> float:
-    """--label-smoothing "0.2:100,0.1:25,0.05": 0.2 for 100 epochs, then 0.1 for 25, then 0.05 to the end
-    (Appendix E: lowering the smoothing near the end improved every SPoC model); "0.1": 0.1 throughout."""
-    start = 0
-    for stage in str(schedule).split(","):
-        value, _, epochs = stage.partition(":")
-        start += int(epochs) if epochs else 10 ** 9
-        if epoch <= start:
-            return float(value)
-    return float(value)
-
-
-def learning_rate_factor(step: int, args, total_steps: int) -> float:
-    """The multiplier of the peak rate at `step`: a linear warm-up from --warmup-start-lr, then
-      constant      the peak to the end;
-      inverse-sqrt  peak * sqrt(warm-up steps / step), fairseq's schedule, which the paper's models used;
-      linear        a decay that reaches 0 at the last step (the cpu preset).
-    The linear schedule's warm-up takes at most a tenth of the run, so that a short run reaches its peak."""
-    warmup_steps = args.warmup_steps
-    if args.lr_schedule == "linear":
-        warmup_steps = min(warmup_steps, total_steps // 10)
-    warmup_steps = max(1, warmup_steps)
-    start = args.warmup_start_lr / args.lr
-    warmup = min(1.0, start + (1.0 - start) * (step + 1) / warmup_steps)
-    if args.lr_schedule == "linear":
-        return warmup * max(0.0, 1.0 - step / total_steps)
-    if args.lr_schedule == "inverse-sqrt":
-        return warmup * min(1.0, math.sqrt(warmup_steps / (step + 1)))
-    return warmup
-
-
-# Resume (fit's docstring says how): the settings a resumed run keeps, what last.pt holds, and how it is restored.
-
-# What a resumed run may change: how long it goes on, where it runs, how often it reports. Anything else (its data
-# too) would make it another run than the one it continues. (--epochs under a linear schedule also moves the rest of the
-# decay, which ends at the last epoch: the run then ends unlike an unbroken one of either length.)
-MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
-
-
-def check_resume_settings(args, last_path: str, say_changes: bool):
-    """--resume continues a run with the settings it ran with: refuse any other, but for MAY_CHANGE_ON_RESUME,
-    which it names (say_changes: on stderr, as the run's first line)."""
-    ran_with = load_checkpoint(last_path, needs=("args",))["args"]
-    differ = {name: f"--{name.replace('_', '-')} {value} (it ran with {ran_with[name]})" for name, value in
-              sorted(vars(args).items()) if ran_with.get(name, value) != value and name not in ("resume", "overwrite")}
-    refused = [text for name, text in differ.items() if name not in MAY_CHANGE_ON_RESUME]
-    if refused:
-        raise UsageError(f"--resume: {'; '.join(refused)}: resume with its settings, or --overwrite to start over")
-    if differ and say_changes:
-        print(f"--resume: changed {'; '.join(differ.values())}", file=sys.stderr)
-
-
-def random_states(device) -> dict:
-    """The generators a resumed run must continue from: the CPU's, and the GPU's where it trains (dropout, samples)."""
-    return {"torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda"
-                                               else {})}
-
-
-def checkpoint_to_resume(last_path: str) -> dict | None:
-    """--resume: the last epoch's checkpoint, or None (said on stderr) when there is none yet."""
-    if not os.path.exists(last_path):
-        print(f"--resume: there is no {last_path} yet, so this run starts at epoch 1", file=sys.stderr)
-        return None
-    return load_checkpoint(last_path, needs=("model", "optimizer", "scheduler", "state", "rng"))
-
-
-def restore(last: dict, model, optimizer, scheduler, device):
-    """Continue exactly where `last` stopped: weights, optimizer moments, the schedule's step, the random states.
-    (After the scheduler is built, which resets the rate: the optimizer's state holds the rate the last step used.)"""
-    model.load_state_dict(last["model"])
-    optimizer.load_state_dict(last["optimizer"])
-    scheduler.load_state_dict(last["scheduler"])
-    torch.set_rng_state(last["rng"]["torch"])
-    if device.type == "cuda" and "cuda" in last["rng"]:
-        torch.cuda.set_rng_state(last["rng"]["cuda"], device)
-
-
 def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
         denoiser=None, error_free=None, val_share=None):
     """Train with AdamW, validate after every epoch, keep the best epoch in out_dir/model.pt (the latest in
@@ -1198,17 +1203,18 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     finetune.KEEP_BY: valid for composed on a task with a validity command) that picks the epoch before the loss
     does (kept_before).
 
-    Resume (--resume): last.pt, saved after every epoch (written to a temporary file, then renamed: a kill never
-    leaves half a file), holds the weights, AdamW's moments, the schedule's step, the random states and the history;
-    restore() reloads them, and since an epoch's batches and noise depend only on (seed, epoch), the run goes on
-    from its last finished epoch. With its settings unchanged (parse_training_args takes them from last.pt;
-    check_resume_settings refuses others but MAY_CHANGE_ON_RESUME's) it ends bit for bit as an unbroken run on the
-    CPU (tests/test_training.py, test_a_run_killed_twice_and_resumed_ends_bit_for_bit_as_an_unbroken_one)."""
+    Resume (--resume; its functions end section 5): last.pt, saved after every epoch (save_checkpoint: a temporary
+    file, then renamed, so a kill never leaves half a file), holds the weights, AdamW's moments, the schedule's step,
+    the random states and the history; restore() reloads them, and since an epoch's batches and noise depend only on
+    (seed, epoch), the run goes on from its last finished epoch. With its settings unchanged (settings_ran_with: the
+    flags' defaults; check_resume_settings refuses others but MAY_CHANGE_ON_RESUME's) it ends bit for bit as an
+    unbroken run on the CPU (tests/test_training.py,
+    test_a_run_killed_twice_and_resumed_ends_bit_for_bit_as_an_unbroken_one)."""
     device = pick_device(args.device)
     model.to(device)
     val_batches = device_batches(val_pairs, validation_batch_size(val_pairs, args.batch_size, device), device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay,
-                                  fused=device.type == "cuda")  # one kernel for every weight's update
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=EVERY_PRESET["adam_betas"],
+                                  weight_decay=args.weight_decay, fused=device.type == "cuda")  # fused: one kernel
     last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
     last = checkpoint_to_resume(last_path) if args.resume else None
     state = last["state"] if last else {"epoch": 0, "best_loss": float("inf"), "best_share": None, "best_epoch": 0,
@@ -1303,8 +1309,8 @@ def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, ep
 
 
 # ============================================================================
-# 7. The method's losses: Eq. 1 with its settings, its estimators, the REINFORCE baseline, the validation criterion
-#    that keeps an epoch; then the plain cross entropy they are built from
+# 7. The method's losses: Eq. 1 with its settings, the REINFORCE baseline and the reward's log-likelihood, the pieces
+#    they are built from, the estimators; then the validation criteria that keep an epoch
 # ============================================================================
 
 # Eq. 1's settings, in every preset (a flag given wins; composed_loss reads them from the run's args). REINFORCE with
@@ -1375,6 +1381,49 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: 
     return s.composed_weight * composed / samples / (tgt_out != PAD_ID).sum() + s.lam * direct   # minus Eq. 1
 
 
+def reinforce_baseline(rewards, kind: str):
+    """b in REINFORCE's (reward - b) * grad log p_theta(y'|x), for rewards of shape (inputs, samples).
+    Any b that does not depend on the sample it is subtracted from keeps the estimate unbiased:
+      batch          the mean reward of the batch's other inputs: training batches hold programs of
+                     near-equal length, so their rewards are comparable, and one sample per input will do
+                     (a batch of one input has no other: b = 0);
+      leave-one-out  the mean reward of the input's other samples (needs 2 or more samples);
+      none           b = 0, the paper's estimator."""
+    inputs, samples = rewards.shape
+    if kind == "leave-one-out" and samples > 1:
+        return (rewards.sum(dim=1, keepdim=True) - rewards) / (samples - 1)
+    if kind == "batch" and inputs > 1:
+        per_input = rewards.mean(dim=1, keepdim=True)
+        return ((per_input.sum() - per_input) / (inputs - 1)).expand_as(rewards)
+    return torch.zeros_like(rewards)
+
+
+def log_likelihood(logits, targets):
+    """log p(targets) (B,): each row's token log-probabilities summed, padding skipped, under the distribution the
+    decoders draw from (PAD and BOS impossible, as in decode_step)."""
+    logits = logits.float().masked_fill(never_generated_mask(logits, logits.shape[-1]), float("-inf"))
+    token = F.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+    return token.masked_fill(targets == PAD_ID, 0.0).sum(dim=1)  # (not * mask: -inf * 0 is nan)
+
+
+def sequence_loss(logits, targets, label_smoothing: float = 0.0):
+    """Mean cross entropy per target token (padding ignored), optionally label-smoothed:
+    (1 - eps) * -log p(y_t) + eps * mean over the vocabulary of -log p(v)."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=PAD_ID,
+                           label_smoothing=label_smoothing)
+
+
+def shift_right(tokens):
+    """A decoder's input for teacher forcing on `tokens`: BOS, then every token but the last."""
+    return F.pad(tokens[:, :-1], (1, 0), value=BOS_ID)
+
+
+def same_sequences(a, b):
+    """Row by row, whether two PAD-padded id tensors hold the same sequence."""
+    width = max(a.shape[1], b.shape[1])
+    return (F.pad(a, (0, width - a.shape[1]), value=PAD_ID) == F.pad(b, (0, width - b.shape[1]), value=PAD_ID)).all(1)
+
+
 @torch.no_grad()
 def sample_outputs(model, src, samples: int, max_len: int) -> Decoded:
     """`samples` outputs y' ~ p_theta(.|x) per source (one after another), drawn with dropout off, as f
@@ -1431,20 +1480,17 @@ def gumbel_given_argmax(log_p, tokens):
     return (-torch.logaddexp(-top, -others)).scatter(-1, tokens[..., None], top)  # truncated: -log(e^-top + e^-g)
 
 
-def reinforce_baseline(rewards, kind: str):
-    """b in REINFORCE's (reward - b) * grad log p_theta(y'|x), for rewards of shape (inputs, samples).
-    Any b that does not depend on the sample it is subtracted from keeps the estimate unbiased:
-      batch          the mean reward of the batch's other inputs: training batches hold programs of
-                     near-equal length, so their rewards are comparable, and one sample per input will do;
-      leave-one-out  the mean reward of the input's other samples (needs 2 or more samples);
-      none           b = 0, the paper's estimator."""
-    inputs, samples = rewards.shape
-    if kind == "leave-one-out" and samples > 1:
-        return (rewards.sum(dim=1, keepdim=True) - rewards) / (samples - 1)
-    if kind == "batch" and inputs > 1:
-        per_input = rewards.mean(dim=1, keepdim=True)
-        return ((per_input.sum() - per_input) / (inputs - 1)).expand_as(rewards)
-    return torch.zeros_like(rewards)
+@torch.no_grad()
+def validation_loss(model, val_batches) -> float:
+    """Mean per-token cross entropy (no smoothing) of a model teacher-forced on batches on its device
+    (device_batches): the early-stopping criterion."""
+    model.eval()
+    total = tokens = 0
+    for src, tgt_in, tgt_out in val_batches:
+        logits = model(src, tgt_in).float()
+        total += F.cross_entropy(logits.transpose(1, 2), tgt_out, ignore_index=PAD_ID, reduction="sum").double()
+        tokens += (tgt_out != PAD_ID).sum()
+    return (total / tokens).item()  # a CPU-GPU sync point, once per validation
 
 
 @torch.no_grad()
@@ -1475,34 +1521,27 @@ def kept_before(candidate: tuple, best: tuple) -> bool:
     return share > best_share
 
 
+def judged_share(args, tokenizer, denoiser=None, g=None):
+    """finetune.py --keep-by exact or valid (finetune.KEEP_BY's default for composed on a task with a validity command):
+    a function of the model, the share of val decoded greedily as evaluate.py decodes it (f(x); composed: Pi(f(x)),
+    through Pi's g if it has one) that is the gold output exactly or that the task's validity command passes, which fit
+    weighs before the loss (kept_before). None for --keep-by loss."""
+    if args.keep_by == "loss":
+        return None
+    sources, gold = (read_lines(os.path.join(args.data, f"val.{side}")) for side in ("src", "tgt"))
+
+    def share(model) -> float:
+        outputs = translate(model, tokenizer, sources, args.batch_size)
+        if denoiser is not None:
+            outputs = denoise(denoiser, tokenizer, outputs, args.batch_size, g)
+        judged = [output == y for output, y in zip(outputs, gold)] if args.keep_by == "exact" else \
+            valid_outputs(args.data, outputs)
+        return sum(judged) / len(judged)
+    return share
+
+
 def shown(share: float | None, args) -> str:
     return "" if share is None else f", val {args.keep_by} {100 * share:.1f}%"
-
-
-def sequence_loss(logits, targets, label_smoothing: float = 0.0):
-    """Mean cross entropy per target token (padding ignored), optionally label-smoothed:
-    (1 - eps) * -log p(y_t) + eps * mean over the vocabulary of -log p(v)."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=PAD_ID,
-                           label_smoothing=label_smoothing)
-
-
-def log_likelihood(logits, targets):
-    """log p(targets) (B,): each row's token log-probabilities summed, padding skipped, under the distribution the
-    decoders draw from (PAD and BOS impossible, as in decode_step)."""
-    logits = logits.float().masked_fill(never_generated_mask(logits, logits.shape[-1]), float("-inf"))
-    token = F.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
-    return token.masked_fill(targets == PAD_ID, 0.0).sum(dim=1)  # (not * mask: -inf * 0 is nan)
-
-
-def shift_right(tokens):
-    """A decoder's input for teacher forcing on `tokens`: BOS, then every token but the last."""
-    return F.pad(tokens[:, :-1], (1, 0), value=BOS_ID)
-
-
-def same_sequences(a, b):
-    """Row by row, whether two PAD-padded id tensors hold the same sequence."""
-    width = max(a.shape[1], b.shape[1])
-    return (F.pad(a, (0, width - a.shape[1]), value=PAD_ID) == F.pad(b, (0, width - b.shape[1]), value=PAD_ID)).all(1)
 
 
 # ============================================================================
@@ -1520,6 +1559,10 @@ ARCHITECTURE = dict(
     layers=            (3,          2,    1,              5,     2),
     d_ff=              (1024,       512,  64,             1024,  512),
 )
+# What every run trains with, whatever its preset, as the authors ran fairseq: AdamW with these betas and weight decay,
+# no gradient clipping, fp32 (--precision), seed 0. add_training_args makes them the flags' defaults (the betas have no
+# flag); fit reads them from the run's args.
+EVERY_PRESET = dict(adam_betas=(0.9, 0.98), weight_decay=1e-4, clip_norm=0.0, precision="fp32", seed=0)
 # What a number must be, for check_ranges: a test and the words of its one-line refusal.
 RANGES = {"at_least_1": (lambda v: v >= 1, "at least 1"), "not_negative": (lambda v: v >= 0, "at least 0"),
           "positive": (lambda v: v > 0, "above 0"), "fraction": (lambda v: 0 <= v < 1, "within [0, 1)"),
@@ -1547,14 +1590,15 @@ def add_training_args(parser):
                              "(the paper's), or a linear decay to 0 at the last epoch")
     parser.add_argument("--label-smoothing", default="0",
                         help="0: plain cross entropy, as the paper; VALUE:EPOCHS,...,VALUE: by epoch")
-    # The same in every preset, as the authors ran fairseq: AdamW (0.9, 0.98) with weight decay 1e-4, no clipping.
-    parser.add_argument("--weight-decay", type=float, default=1e-4, help="AdamW's")
-    parser.add_argument("--clip-norm", type=float, default=0.0, help="clip the gradient's norm (0: no clipping)")
-    parser.add_argument("--precision", choices=("fp32", "bf16", "auto"), default="fp32",
+    parser.add_argument("--weight-decay", type=float, default=EVERY_PRESET["weight_decay"], help="AdamW's")
+    parser.add_argument("--clip-norm", type=float, default=EVERY_PRESET["clip_norm"],
+                        help="clip the gradient's norm (0: no clipping)")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "auto"), default=EVERY_PRESET["precision"],
                         help="bf16: matrix products in bfloat16 under autocast (weights and optimizer stay fp32); "
                              "auto: bf16 on a CUDA GPU that has it or a CPU with native bf16 (AVX512-BF16 or AMX), "
                              "else fp32")
-    parser.add_argument("--seed", type=int, default=0, help="initialisation, batch order, dropout, sampling")
+    parser.add_argument("--seed", type=int, default=EVERY_PRESET["seed"],
+                        help="initialisation, batch order, dropout, sampling")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     either = parser.add_mutually_exclusive_group()
     either.add_argument("--resume", action="store_true", help="continue from OUT/last.pt after an interrupt")
@@ -1585,9 +1629,7 @@ def parse_training_args(parser, argv, preset_of, run_folder):
             + TASK_WORDS * (dataset == "task")
         last = os.path.join(run_folder(known), "last.pt")
         if known.resume and os.path.isfile(last):
-            ran_with = load_checkpoint(last, needs=("args",))["args"]
-            parser.set_defaults(**{name: value for name, value in ran_with.items()
-                                   if name not in ("resume", "overwrite")})
+            parser.set_defaults(**settings_ran_with(last))
             parser.epilog = f"Defaults: the settings {last} ran with; a flag given wins."
     except (UsageError, KeyError):  # no readable data, or no such method: the parse below or the checks say so
         parser.epilog = "Flags shown without a default take the preset's value: --help with --data (and --method) " \

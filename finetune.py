@@ -32,9 +32,10 @@ import spoc
 METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
 
 # The values a predictor trains with: a row per setting, a value per preset (common.COLUMNS), then what a dataset and a
-# method change. Eq. 1's settings are common.EQ1; the model's size is common.ARCHITECTURE's, Pi's too; weight decay,
-# clipping, precision and seed are common.add_training_args' defaults. A flag given on the command line wins; a run's
-# settings line lists every value. paper: the authors' fairseq commands, ~16000 tokens (about 176 programs) an update,
+# method change (run_defaults, below, merges them). Eq. 1's settings are common.EQ1; the model's size is
+# common.ARCHITECTURE's, Pi's too (f takes Pi's weights, with its own preset's dropouts); AdamW's betas, weight decay,
+# clipping, precision and seed are common.EVERY_PRESET's. A flag given on the command line wins; a run's settings line
+# lists every value. paper: the authors' fairseq commands, ~16000 tokens (about 176 programs) an update,
 # inverse-sqrt after a warm-up, each run stopped 50 epochs after its best (the authors train to the last epoch; on a
 # GPU the baselines' validation loss was lowest at epochs 107-126 of 500 and doubled by the end, a better epoch never
 # came more than 18 after the one before, in baseline or standard: EXPERIMENTS.md, "Table 2 at the paper preset");
@@ -86,6 +87,23 @@ METHOD_CHANGES = {
         "spoc paper": dict(reverse_epochs=150, labeled_epochs=150, synthetic_programs=0),
         "spoc cpu": dict(epochs=2, reverse_epochs=6, labeled_epochs=3, synthetic_programs=4000)},
 }
+
+
+def run_defaults(dataset: str, known) -> dict:
+    """What a run of --method with --preset trains with unless a flag says otherwise: its column of PRESETS with its
+    dataset's changes and its method's, the epoch it keeps (KEEP_BY), and where it reads and writes (runs/<method>; Pi
+    from runs/denoiser, f from runs/standard); composed's Eq. 1 settings, common.EQ1."""
+    preset = {**common.column(PRESETS, dataset, known.preset), **DATASET_CHANGES.get((dataset, known.preset), {})}
+    changes = METHOD_CHANGES.get(known.method, {}).get(common.column_name(dataset, known.preset), {})
+    keep_by = KEEP_BY.get((dataset, known.method), "loss")
+    if keep_by == "valid" and not common.read_manifest(known.data).get("valid_command"):
+        keep_by = "loss"  # a task with no validity command
+    paths = {"out": os.path.join("runs", known.method or "")}
+    if known.method in ("standard", "bart", "composed"):
+        paths["denoiser"] = "runs/denoiser/model.pt"
+    if known.method == "composed":
+        paths.update(init="runs/standard/model.pt", **common.EQ1)  # Eq. 1's settings
+    return {**preset, **changes, "keep_by": keep_by, **paths}
 
 
 def parse_args(argv=None):
@@ -152,22 +170,6 @@ def parse_args(argv=None):
     if args.reinforce_baseline == "leave-one-out" and args.samples < 2:
         parser.error("--reinforce-baseline leave-one-out needs --samples 2 or more (with 1 sample: batch or none)")
     return args
-
-
-def run_defaults(dataset: str, known) -> dict:
-    """What a run of --method with --preset trains with unless a flag says otherwise: its column of PRESETS with its
-    dataset's changes and its method's, and where it reads and writes (runs/<method>; Pi from runs/denoiser, f from runs/standard)."""
-    preset = {**common.column(PRESETS, dataset, known.preset), **DATASET_CHANGES.get((dataset, known.preset), {})}
-    changes = METHOD_CHANGES.get(known.method, {}).get(common.column_name(dataset, known.preset), {})
-    keep_by = KEEP_BY.get((dataset, known.method), "loss")
-    if keep_by == "valid" and not common.read_manifest(known.data).get("valid_command"):
-        keep_by = "loss"  # a task with no validity command
-    paths = {"out": os.path.join("runs", known.method or "")}
-    if known.method in ("standard", "bart", "composed"):
-        paths["denoiser"] = "runs/denoiser/model.pt"
-    if known.method == "composed":
-        paths.update(init="runs/standard/model.pt", **common.EQ1)  # Eq. 1's settings
-    return {**preset, **changes, "keep_by": keep_by, **paths}
 
 
 def main(argv=None):
@@ -260,7 +262,7 @@ def finetune(args):
         g = common.error_detector(denoiser_checkpoint) if composed_training else None  # composed: Pi's g, if any
         state = common.fit(model, lambda epoch: train_pairs + inputs_alone(epoch), val_pairs, args, args.out, extra,
                            **composed_training,
-                           val_share=judged_share(args, tokenizer, composed_training.get("denoiser"), g))
+                           val_share=common.judged_share(args, tokenizer, composed_training.get("denoiser"), g))
     print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}"
           f"{common.shown(state.get('best_share'), args)}) -> {os.path.join(args.out, 'model.pt')}")
 
@@ -279,24 +281,6 @@ def freeze(denoiser, denoiser_checkpoint, tokenizer, args) -> dict:
     error_free = (lambda decoded: torch.tensor(g(tokenizer.decode(common.as_lists(decoded))), device=device)) \
         if g else None
     return dict(denoiser=denoiser, error_free=error_free)
-
-
-def judged_share(args, tokenizer, denoiser=None, g=None):
-    """--keep-by exact or valid: the share of val, decoded greedily as evaluate.py decodes it (f(x); composed:
-    Pi(f(x)), through Pi's g if it has one), that is the gold output exactly or that the task's validity command
-    passes. None for --keep-by loss."""
-    if args.keep_by == "loss":
-        return None
-    sources, gold = (common.read_lines(os.path.join(args.data, f"val.{side}")) for side in ("src", "tgt"))
-
-    def share(model) -> float:
-        outputs = common.translate(model, tokenizer, sources, args.batch_size)
-        if denoiser is not None:
-            outputs = common.denoise(denoiser, tokenizer, outputs, args.batch_size, g)
-        judged = [output == y for output, y in zip(outputs, gold)] if args.keep_by == "exact" else \
-            common.valid_outputs(args.data, outputs)
-        return sum(judged) / len(judged)
-    return share
 
 
 def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict:

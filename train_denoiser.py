@@ -30,10 +30,10 @@ import judge
 import spoc
 
 # The values a denoiser trains with: a row per setting, a value per preset (common.COLUMNS); the noise's own are its
-# flags' defaults. The model's size is common.ARCHITECTURE's, which the predictors share; weight decay, clipping,
-# precision and seed are common.add_training_args' defaults. A flag given on the command line wins; a run's settings line
-# lists every value. paper: the authors' fairseq command (Appendix C), ~16000 tokens (about 176 programs) an update,
-# inverse-sqrt. cpu, an hour on 2 cores: ~16000 updates of 32 programs (the paper: ~6000 of 176), no attention or
+# flags' defaults (CORRUPTIONS). The model's size is common.ARCHITECTURE's, which the predictors share; AdamW's betas,
+# weight decay, clipping, precision and seed are common.EVERY_PRESET's. A flag given on the command line wins; a run's
+# settings line lists every value. paper: the authors' fairseq command (Appendix C), ~16000 tokens (about 176
+# programs) an update, inverse-sqrt. cpu, an hour on 2 cores: ~16000 updates of 32 programs (the paper: ~6000 of 176), no attention or
 # activation dropout (their random masks cost a quarter of a step). With the paper's dropout 0.4, standard
 # fine-tuning learns more from Pi than with 0.1; Pi's validation loss then jumps between epochs, so it trains all of
 # them and keeps the best (EXPERIMENTS.md, "the regime on two CPU cores"). SPoC's paper (Appendix E): FLoRes's
@@ -68,24 +68,28 @@ DATASET_CHANGES = {"sanstype": dict(corruption="code", error_detector="none"),
                    "molecules": dict(corruption="smiles", error_detector="none"),
                    "task": dict(corruption="edits", error_detector="none"),
                    ("spoc", "smoke"): dict(unlabeled=0), ("molecules", "cpu"): dict(epochs=20, patience=20)}
-# The noises Pi learns to undo, each registered here once (a noise with a parameter also gets a flag, whose default
-# parse_args sets): what it does to an output, what --help says of it, and the
-# paper's table its rows are compared with, by dataset (a checkpoint carries it to evaluate.py's table). The paper
-# has SansType with its code noise (Table 2) and with random deletions (Table 5), and SPoC with its one-line noise
-# (Table 2): any other pairing, e.g. a SansType Pi of SPoC's noise, has no paper numbers beside it.
+# The noises Pi learns to undo, each registered here once: what it does to an output, what --help says of it, the
+# paper's table its rows are compared with, by dataset (a checkpoint carries it to evaluate.py's table), and its
+# parameter, if it has one (a flag of its own, --help's "NAME: ..." line, and its default). The paper has SansType with
+# its code noise (Table 2) and with random deletions (Table 5), and SPoC with its one-line noise (Table 2): any other
+# pairing, e.g. a SansType Pi of SPoC's noise, has no paper numbers beside it. A noise that is a dataset's own is also
+# its DATASET_CHANGES entry above.
 class Corruption(NamedTuple):
     corrupt: Callable  # (output, rng, args, tokenizer) -> the output corrupted
     help: str
     paper_tables: dict  # dataset -> the paper's table its rows are compared with
+    parameter: tuple = ()  # (flag, type, default, help): args holds its value under the flag's name
 
 
 CORRUPTIONS = {
     "code": Corruption(lambda code, rng, args, tokenizer: common.corrupt_code(code, rng, args.num_corruptions),
-                       "SansType's: Appendix C's statement-level type, stream and print edits",
-                       {"sanstype": "Table 2"}),
+                       "SansType's: Appendix C's statement-level type, stream and print edits", {"sanstype": "Table 2"},
+                       ("--num-corruptions", int, 3, "at most this many statements noised per program, 1 to N in "
+                                                     "90%% of programs")),
     "random": Corruption(lambda code, rng, args, tokenizer: common.delete_random_words(code, rng,
                                                                                        args.deletion_probability),
-                         "drop each word of a statement", {"sanstype": "Table 5"}),
+                         "drop each word of a statement", {"sanstype": "Table 5"},
+                         ("--deletion-probability", float, 0.15, "of each word")),
     "line": Corruption(lambda code, rng, args, tokenizer: spoc.corrupt_one_line(code, rng),
                        "SPoC's: Appendix E's one-line insertion, deletion or replacement of a keyword, identifier or "
                        "symbol", {"spoc": "Table 2"}),
@@ -93,9 +97,10 @@ CORRUPTIONS = {
                          "molecules': 1-2 edits of an atom, ring digit, branch, bond or fragment", {}),
     "edits": Corruption(lambda text, rng, args, tokenizer: common.corrupt_pieces(
         text, rng, tokenizer, tuple(map(float, args.edit_rates.split(",")))),
-        "a task of your own (make_task.py): at least one piece deleted, inserted, substituted or swapped", {}),
+        "a task of your own (make_task.py): at least one piece deleted, inserted, substituted or swapped", {},
+        ("--edit-rates", str, "0.03,0.03,0.03,0.03", "the probabilities of deleting, inserting, substituting and "
+                                                     "swapping, per piece of the output: about one edit in 8 pieces")),
 }
-EDIT_RATES = "0.03,0.03,0.03,0.03"  # --corruption edits: about one edit in 8 pieces
 
 
 def parse_args(argv=None):
@@ -104,12 +109,9 @@ def parse_args(argv=None):
     parser.add_argument("--out", default="runs/denoiser", help="output folder")
     parser.add_argument("--corruption", choices=sorted(CORRUPTIONS), help="; ".join(
         f"{name}: {corruption.help}" for name, corruption in CORRUPTIONS.items()))
-    parser.add_argument("--num-corruptions", type=int,
-                        help="code: at most this many statements noised per program (1 to N, 90%% of programs; "
-                             "default: 3)")
-    parser.add_argument("--deletion-probability", type=float, help="random: of each word (default: 0.15)")
-    parser.add_argument("--edit-rates", help="edits: the probabilities of deleting, inserting, substituting and "
-                        f"swapping, per piece of the output (default: {EDIT_RATES})")
+    noise_parameters = {name: corruption.parameter for name, corruption in CORRUPTIONS.items() if corruption.parameter}
+    for name, (flag, kind, default, text) in noise_parameters.items():
+        parser.add_argument(flag, type=kind, help=f"{name}: {text} (default: {default})")
     parser.add_argument("--unlabeled", type=int, default=0, help="use only the first N outputs (the unlabeled ones, "
                         "then the labeled pairs'; 0: all)")
     parser.add_argument("--pi-data", choices=("ours", "authors"),
@@ -124,10 +126,10 @@ def parse_args(argv=None):
     parser.add_argument("--repair-programs", type=int, default=100, help="how many val outputs to repair")
     common.add_training_args(parser)
     args = common.parse_training_args(parser, argv, preset_values, lambda known: known.out)
-    for name, corruption, default in (("num_corruptions", "code", 3), ("deletion_probability", "random", 0.15),
-                                      ("edit_rates", "edits", EDIT_RATES)):
+    for corruption, (flag, _, default, _) in noise_parameters.items():  # a noise's flag: its value, or its default
+        name = flag[2:].replace("-", "_")
         if getattr(args, name) != parser.get_default(name) and args.corruption != corruption:  # given, for another
-            parser.error(f"--{name.replace('_', '-')} is for --corruption {corruption}, not {args.corruption}")
+            parser.error(f"{flag} is for --corruption {corruption}, not {args.corruption}")
         setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
     if args.error_detector == "compile" and args.dataset != "spoc":
         parser.error("--error-detector compile needs SPoC data (make_spoc.py)")
@@ -209,11 +211,16 @@ def train(args):
     extra["val_noise"] = hashlib.sha256("\n".join(val_noisy).encode()).hexdigest()[:8]
 
     def report_repairs(model, epoch):
-        """On the first --repair-programs corrupted val outputs: how many the noise changed; how many of those Pi's
-        greedy repair (through g, if Pi has one) turns back into the original exactly; the share of all of them exact
-        after repair (those the noise left alone included); then the share valid: g++ compiles it (SansType:
-        judge.run_programs' status on empty input is not compile_error), RDKit reads it (molecules), the task's
-        command passes it (a task; nothing without one); SPoC: % correct on its problem's hidden tests."""
+        """The repair report ending an epoch's line, every --repair-every epochs (PRESETS' repair_every), of the first
+        --repair-programs (100) outputs of val.tgt as val_noisy corrupted them (once, the same every epoch; "noise"
+        names them), each number a count or share of those:
+          N changed by the noise     the noise leaves a tenth as they are (common.CLEAN_PROBABILITY; SPoC's a quarter);
+          M of them repaired exactly Pi's greedy repair (common.denoise: through g, if Pi has one) is the original;
+          X% of all exact            exact after repair, the unchanged ones included (a Pi that copies scores theirs);
+          Y% compile / valid         g++ compiles the repair (SansType: judge.run_programs' status on an empty input is
+                                     not compile_error), RDKit reads it (molecules), the task's validity command
+                                     passes it (a task; none without one); SPoC: Z% correct on its hidden tests.
+        The run's last line quotes the kept epoch's report (train, below)."""
         if not args.repair_every or epoch % args.repair_every:
             return ""
         noisy, clean = val_noisy[:args.repair_programs], val[:args.repair_programs]

@@ -132,7 +132,7 @@ def test_the_generic_noise_edits_at_the_rates_it_is_given(kind):
 def test_the_generic_noise_changes_every_output_it_corrupts():
     """A tenth of the outputs are left clean; every other one differs from its original, however short (at the
     default rates a 3-piece output would draw no edit 70% of the time), with more edits the longer the output."""
-    rng, rates = random.Random(1), train_denoiser.EDIT_RATES
+    rng, rates = random.Random(1), train_denoiser.CORRUPTIONS["edits"].parameter[2]
     rates = tuple(map(float, rates.split(",")))
     for text in ("a b c", "a", "x y"):
         clean = sum(common.corrupt_pieces(text, rng, FakeTokenizer(), rates) == text for _ in range(2000))
