@@ -628,11 +628,11 @@ class UNet(nn.Module):
 # 4. Corruptions
 # ============================================================================
 # Noise for pre-training the denoiser: on SansType code, one statement (`$`-separated) at a time, as the authors'
-# generator draws it (code, random deletions); then any task's piece edits and SMILES edits (SPoC's is spoc.py's).
-# Functions of (output, rng) (the piece edits also of the tokenizer), so every epoch can draw fresh, reproducible noise.
-# A new noise: its function here, and its entry in train_denoiser.CORRUPTIONS, which is all --corruption reads.
+# generator draws it (code, random deletions); then any task's piece edits and SMILES edits. Functions of (output,
+# rng) (the piece edits also of the tokenizer), so every epoch can draw fresh, reproducible noise. A new noise: its
+# function here, and its entry in train_denoiser.CORRUPTIONS (with a parameter: also its range check in parse_args).
 CPP_TYPES = ("int", "string", "bool")
-CLEAN_PROBABILITY = 0.1  # every noise here leaves a tenth of the outputs as they are: Pi must also learn to copy
+CLEAN_PROBABILITY = 0.1  # every noise here leaves at least a tenth of the outputs as they are: Pi must also copy
 
 
 def split_program(code):
@@ -948,12 +948,16 @@ def save_checkpoint(path: str, payload: dict):
 
 
 # Resume (--resume; fit's docstring says how a run goes on): the settings a resumed run keeps, what last.pt holds
-# besides the model, and how it is restored.
+# besides the model, and how it is restored. What makes the rest of a resumed run the rest of the unbroken one: every
+# random draw is either torch's generator (initialisation, dropout, the samples y' of composed training), whose state
+# last.pt holds, or a Random seeded by (seed, epoch) (each epoch's batch order and Pi's noise), made anew from the epoch
+# number; the schedule's step is restored, and its length (the linear decay's) is epochs x batches an epoch.
 
 # What a resumed run may change: how long it goes on, where it runs (out: a run folder moved elsewhere, resumed
 # there), how often it reports. Anything else (its data too) would make it another run than the one it continues.
-# (--epochs under a linear schedule also moves the rest of the decay, which ends at the last epoch: the run then ends
-# unlike an unbroken one of either length.)
+# Some of these change the rest of the run too: --epochs under a linear schedule moves the rest of the decay (which
+# ends at the last epoch), --device from the CPU to a GPU pads batches otherwise; only with none changed does it end
+# bit for bit as the unbroken run.
 MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
 
 
@@ -1203,12 +1207,12 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     finetune.KEEP_BY: valid for composed on a task with a validity command) that picks the epoch before the loss
     does (kept_before).
 
-    Resume (--resume; its functions end section 5): last.pt, saved after every epoch (save_checkpoint: a temporary
-    file, then renamed, so a kill never leaves half a file), holds the weights, AdamW's moments, the schedule's step,
-    the random states and the history; restore() reloads them, and since an epoch's batches and noise depend only on
-    (seed, epoch), the run goes on from its last finished epoch. With its settings unchanged (settings_ran_with: the
-    flags' defaults; check_resume_settings refuses others but MAY_CHANGE_ON_RESUME's) it ends bit for bit as an
-    unbroken run on the CPU (tests/test_training.py,
+    Resume (--resume; its functions end section 5): last.pt, saved after every epoch (save_checkpoint: a temporary file,
+    then renamed, so a kill never leaves half a file), holds the weights, AdamW's moments, the schedule's step, the
+    random states and the history; restore() reloads them, and since an epoch's batches and noise depend only on (seed,
+    epoch) (on one kind of device: a GPU pads them otherwise), the run goes on from its last finished epoch. With its
+    settings unchanged (settings_ran_with: the flags' defaults; check_resume_settings refuses others but
+    MAY_CHANGE_ON_RESUME's) it ends bit for bit as an unbroken run on the CPU (tests/test_training.py,
     test_a_run_killed_twice_and_resumed_ends_bit_for_bit_as_an_unbroken_one)."""
     device = pick_device(args.device)
     model.to(device)
@@ -1280,7 +1284,8 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
 
 def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, epoch: int, label_smoothing: float,
                     denoiser=None, error_free=None) -> float:
-    """One pass over the epoch's batches; the mean training loss per target token. A step's loss is -log p(y|x)
+    """One pass over the epoch's batches; the mean training loss per gold target token (batches of inputs alone,
+    which have none, weigh nothing in it). A step's loss is -log p(y|x)
     or, with a frozen denoiser Pi, minus Eq. 1 (composed_loss, just below). Nothing in the loop waits for the GPU
     (but Pi's error detector g, which reads each step's samples as text on the host): the loss is summed on the device
     and read only for a progress line and at the end."""
@@ -1330,16 +1335,17 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: 
 
         max_theta  E_{y' ~ p_theta(.|x)}[ log p_beta(y | y') ]  +  lambda * E[ log p_theta(y | x) ]
 
-    y' is discrete, so the first term's gradient needs an estimator (Section 3): reinforce, the paper's (Appendix
-    D), E[(log p_beta(y|y') - b) * grad log p_theta(y'|x)] from `samples` outputs per input, with a baseline b
+    y' is discrete, so the first term's gradient needs an estimator (Section 3): reinforce, the paper's (Appendix D),
+    E[(log p_beta(y|y') - b) * grad log p_theta(y'|x)] from `samples` outputs per input, with a baseline b
     (reinforce_baseline; the paper's is none, b = 0) and a clamp at gamma (the reward, the paper's text, or
     sample_log_probs'); or straight-through and gumbel, biased (relaxed_rows). Both terms are summed over tokens and
-    divided by the batch's gold tokens, as Eq. 1 weighs them; composed_weight scales the first (REINFORCE's 0.1,
-    Appendix D). settings: the run's args, whose values of these names (samples, estimator, reinforce_baseline, clamp,
-    gamma, composed_weight, lam, tau) are EQ1's (just above) unless a flag said otherwise. error_free: Pi's g
-    (Appendix E), a bool per y'. max_len, for tests: the samples' limit (default: the batch's padded gold width + 16,
-    at most twice the source + 10 (max_output_length), which alone limits inputs with no gold; a GPU pads widths to a
-    multiple of 8; cutting there is part of the sampling distribution, for which the estimator is exact).
+    divided by the batch's gold tokens (a per-token scale, as fairseq's losses; it keeps Eq. 1's ratio of the two);
+    composed_weight scales the first (REINFORCE's 0.1, Appendix D). settings: the run's args, whose values of these
+    names (samples, estimator, reinforce_baseline, clamp, gamma, composed_weight, lam, tau) are EQ1's (just above)
+    unless a flag said otherwise. error_free: Pi's g (Appendix E), a bool per y'. max_len, for tests: the samples' limit
+    (default: the batch's padded gold width + 16, at most twice the source + 10 (max_output_length), which alone limits
+    inputs with no gold; a GPU pads widths to a multiple of 8; cutting there is part of the sampling distribution, for
+    which the estimator is exact).
     y' is drawn with dropout off, as f predicts at test time; log p_theta(y'|x) is scored with f in training mode,
     dropout on as for the direct term: REINFORCE's gradient is then that of a dropout-perturbed f's log-probability
     of y', an approximation that is exact without dropout (the cpu preset's f has dropout 0.1 on its embeddings and
@@ -1560,9 +1566,20 @@ ARCHITECTURE = dict(
     d_ff=              (1024,       512,  64,             1024,  512),
 )
 # What every run trains with, whatever its preset, as the authors ran fairseq: AdamW with these betas and weight decay,
-# no gradient clipping, fp32 (--precision), seed 0. add_training_args makes them the flags' defaults (the betas have no
-# flag); fit reads them from the run's args.
+# no gradient clipping, fp32 (--precision), seed 0. add_training_args makes them the flags' defaults; the betas have
+# no flag, and fit reads them from here.
 EVERY_PRESET = dict(adam_betas=(0.9, 0.98), weight_decay=1e-4, clip_norm=0.0, precision="fp32", seed=0)
+
+
+def config_from_args(args, vocab_size: int) -> TransformerConfig:
+    """The Transformer a run builds: ARCHITECTURE's sizes and its script's PRESETS' dropouts (or the flags'); a
+    fine-tuned f takes Pi's weights into it (load_model), with its own dropouts."""
+    return TransformerConfig(vocab_size=vocab_size, d_model=args.d_model, n_heads=args.n_heads,
+                             encoder_layers=args.layers, decoder_layers=args.layers, d_ff=args.d_ff,
+                             dropout=args.dropout, attention_dropout=args.attention_dropout,
+                             activation_dropout=args.activation_dropout)
+
+
 # What a number must be, for check_ranges: a test and the words of its one-line refusal.
 RANGES = {"at_least_1": (lambda v: v >= 1, "at least 1"), "not_negative": (lambda v: v >= 0, "at least 0"),
           "positive": (lambda v: v > 0, "above 0"), "fraction": (lambda v: 0 <= v < 1, "within [0, 1)"),
@@ -1612,9 +1629,9 @@ TASK_WORDS = " A task folder (make_task.py): read program and code as your outpu
 def parse_training_args(parser, argv, preset_of, run_folder):
     """The one place a training run's settings are resolved: every flag's default is the value the run will use,
     the preset's (its column of ARCHITECTURE, and preset_of(dataset, the flags --data, --preset, --method, --out))
-    or, with --resume, the run's own (run_folder(those flags)/last.pt); a flag given on the command line wins and
-    changes only itself (check_resume_settings says which may change). --help shows exactly these values. Then bad
-    numbers are refused, one line and exit 2."""
+    or, with --resume, the run's own (run_folder(those flags)/last.pt; settings_ran_with); a flag given on the command
+    line wins and changes only itself (check_resume_settings says which may change). --help shows exactly these values
+    (AdamW's betas, which have no flag, are EVERY_PRESET's). Then bad numbers are refused, one line and exit 2."""
     first = argparse.ArgumentParser(add_help=False)
     for name in ("data", "preset", "method", "out"):
         first.add_argument(f"--{name}", default=parser.get_default(name))
@@ -1684,13 +1701,6 @@ def settings(args) -> str:
 def device_name(device: torch.device) -> str:
     """cpu, or the GPU's name too: cuda:0 (NVIDIA H100 80GB HBM3)."""
     return f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
-
-
-def config_from_args(args, vocab_size: int) -> TransformerConfig:
-    return TransformerConfig(vocab_size=vocab_size, d_model=args.d_model, n_heads=args.n_heads,
-                             encoder_layers=args.layers, decoder_layers=args.layers, d_ff=args.d_ff,
-                             dropout=args.dropout, attention_dropout=args.attention_dropout,
-                             activation_dropout=args.activation_dropout)
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -33,16 +33,16 @@ METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
 
 # The values a predictor trains with: a row per setting, a value per preset (common.COLUMNS), then what a dataset and a
 # method change (run_defaults, below, merges them). Eq. 1's settings are common.EQ1; the model's size is
-# common.ARCHITECTURE's, Pi's too (f takes Pi's weights, with its own preset's dropouts); AdamW's betas, weight decay,
-# clipping, precision and seed are common.EVERY_PRESET's. A flag given on the command line wins; a run's settings line
-# lists every value. paper: the authors' fairseq commands, ~16000 tokens (about 176 programs) an update,
-# inverse-sqrt after a warm-up, each run stopped 50 epochs after its best (the authors train to the last epoch; on a
-# GPU the baselines' validation loss was lowest at epochs 107-126 of 500 and doubled by the end, a better epoch never
-# came more than 18 after the one before, in baseline or standard: EXPERIMENTS.md, "Table 2 at the paper preset");
-# cpu, minutes on 2 cores: no attention or activation dropout (their random masks cost a quarter of a step; more
-# dropout underfits at this size), a linear decay over more epochs than a run needs, so that each stops at its best
-# (patience; EXPERIMENTS.md, "the regime on two CPU cores"); smoke: the tests. SPoC's paper (Appendix E): FLoRes's
-# recipe, label smoothing lowered near the end (it helped); its cpu: for the full release.
+# common.ARCHITECTURE's, Pi's too; AdamW's betas, weight decay, clipping, precision and seed are common.EVERY_PRESET's.
+# A flag given on the command line wins; a run's settings line lists every value. paper: the authors' fairseq commands,
+# ~16000 tokens (about 176 programs) an update, inverse-sqrt after a warm-up, each run stopped 50 epochs after its best
+# (the authors train to the last epoch; on a GPU the baselines' validation loss was lowest at epochs 107-126 of 500 and
+# doubled by the end, a better epoch never came more than 18 after the one before, in baseline or standard:
+# EXPERIMENTS.md, "Table 2 at the paper preset"); cpu, minutes on 2 cores: no attention or activation dropout (their
+# random masks cost a quarter of a step; more dropout underfits at this size), a linear decay over more epochs than a
+# run needs, so that each stops at its best (patience; EXPERIMENTS.md, "the regime on two CPU cores"); smoke: the tests.
+# SPoC's paper (Appendix E): FLoRes's recipe, label smoothing lowered near the end (it helped); its cpu: for the full
+# release.
 #                       SansType: paper  cpu       smoke          SPoC: paper             cpu
 PRESETS = dict(
     dropout=           (0.1,             0.1,      0.1,           0.4,                    0.1),
@@ -154,7 +154,7 @@ def parse_args(argv=None):
         if getattr(args, name) is not None and name not in defaults:
             parser.error(f"--{name.replace('_', '-')} does not apply to --method {args.method}")
     for name, estimator in {"reinforce_baseline": "reinforce", "clamp": "reinforce", "gamma": "reinforce",
-                            "tau": "gumbel"}.items():  # flags of one estimator, where given on the command line
+                            "tau": "gumbel"}.items():  # flags of one estimator, where not EQ1's value
         if args.method == "composed" and getattr(args, name) != parser.get_default(name) and \
                 estimator != args.estimator:
             parser.error(f"--{name.replace('_', '-')} applies to --estimator {estimator} only")
@@ -184,6 +184,17 @@ def load_pairs(data_dir: str, split: str, tokenizer) -> list[tuple[list[int], li
     return list(zip(tokenizer.encode(sources), tokenizer.encode(targets)))
 
 
+def encoder_parameters(model) -> list[str]:
+    """BART-style fine-tuning (Appendix D) first trains only these: the encoder's layers and the shared
+    embedding matrix, which is the encoder's input layer (and also the decoder's), as the authors ran it."""
+    return [name for name, _ in model.named_parameters() if name.startswith(("encoder", "embed."))]
+
+
+def with_epochs(args, epochs: int) -> argparse.Namespace:
+    """args for one stage of a staged method; each stage has its own learning-rate schedule."""
+    return argparse.Namespace(**{**vars(args), "epochs": epochs})
+
+
 def unlabeled_inputs(args, tokenizer):
     """composed --unlabeled-inputs N: epoch e's N inputs with no gold output, lines (e - 1) N .. e N - 1 of
     DATA/unlabeled.src (from its start again after its end), as (source ids, None) pairs, which common.batches puts
@@ -197,17 +208,6 @@ def unlabeled_inputs(args, tokenizer):
                                 "(make_sanstype.py writes them)")
     n = args.unlabeled_inputs
     return lambda epoch: [(sources[i % len(sources)], None) for i in range((epoch - 1) * n, epoch * n)]
-
-
-def encoder_parameters(model) -> list[str]:
-    """BART-style fine-tuning (Appendix D) first trains only these: the encoder's layers and the shared
-    embedding matrix, which is the encoder's input layer (and also the decoder's), as the authors ran it."""
-    return [name for name, _ in model.named_parameters() if name.startswith(("encoder", "embed."))]
-
-
-def with_epochs(args, epochs: int) -> argparse.Namespace:
-    """args for one stage of a staged method; each stage has its own learning-rate schedule."""
-    return argparse.Namespace(**{**vars(args), "epochs": epochs})
 
 
 def finetune(args):

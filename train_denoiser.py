@@ -32,13 +32,13 @@ import spoc
 # The values a denoiser trains with: a row per setting, a value per preset (common.COLUMNS); the noise's own are its
 # flags' defaults (CORRUPTIONS). The model's size is common.ARCHITECTURE's, which the predictors share; AdamW's betas,
 # weight decay, clipping, precision and seed are common.EVERY_PRESET's. A flag given on the command line wins; a run's
-# settings line lists every value. paper: the authors' fairseq command (Appendix C), ~16000 tokens (about 176
-# programs) an update, inverse-sqrt. cpu, an hour on 2 cores: ~16000 updates of 32 programs (the paper: ~6000 of 176), no attention or
-# activation dropout (their random masks cost a quarter of a step). With the paper's dropout 0.4, standard
+# settings line lists every value. paper: the authors' fairseq command (Appendix C), ~16000 tokens (about 176 programs)
+# an update, inverse-sqrt. cpu, 75 minutes on 2 cores: ~16000 updates of 32 programs (the paper: ~6000 of 176), no
+# attention or activation dropout (their random masks cost a quarter of a step). With the paper's dropout 0.4, standard
 # fine-tuning learns more from Pi than with 0.1; Pi's validation loss then jumps between epochs, so it trains all of
-# them and keeps the best (EXPERIMENTS.md, "the regime on two CPU cores"). SPoC's paper (Appendix E): FLoRes's
-# recipe; the authors' 9 epochs hold every program 4 times (clean once, one corrupted line 3 times), 36 of ours,
-# which corrupt 3 programs in 4 afresh every epoch. SPoC's cpu: sized for the full release's 11355 programs.
+# them and keeps the best (EXPERIMENTS.md, "the regime on two CPU cores"). SPoC's paper (Appendix E): FLoRes's recipe;
+# the authors' 9 epochs hold every program 4 times (clean once, one corrupted line 3 times), 36 of ours, which corrupt 3
+# programs in 4 afresh every epoch. SPoC's cpu: sized for the full release's 11355 programs.
 # pi_data: ours, the unlabeled and the labeled code corrupted afresh every epoch; authors, the unlabeled programs
 # alone, each corrupted once with the run's seed and the same pairs every epoch, as the authors made Pi's data (a
 # suspect for standard's gap to the paper, measured in EXPERIMENTS.md, "Pi's data": off until it is shown to help).
@@ -72,8 +72,8 @@ DATASET_CHANGES = {"sanstype": dict(corruption="code", error_detector="none"),
 # paper's table its rows are compared with, by dataset (a checkpoint carries it to evaluate.py's table), and its
 # parameter, if it has one (a flag of its own, --help's "NAME: ..." line, and its default). The paper has SansType with
 # its code noise (Table 2) and with random deletions (Table 5), and SPoC with its one-line noise (Table 2): any other
-# pairing, e.g. a SansType Pi of SPoC's noise, has no paper numbers beside it. A noise that is a dataset's own is also
-# its DATASET_CHANGES entry above.
+# pairing, e.g. a SansType Pi of SPoC's noise, has no paper numbers beside it (evaluate.py needs no change for a new
+# noise). A noise that is a dataset's own is also its DATASET_CHANGES entry above.
 class Corruption(NamedTuple):
     corrupt: Callable  # (output, rng, args, tokenizer) -> the output corrupted
     help: str
@@ -112,7 +112,7 @@ def parse_args(argv=None):
     noise_parameters = {name: corruption.parameter for name, corruption in CORRUPTIONS.items() if corruption.parameter}
     for name, (flag, kind, default, text) in noise_parameters.items():
         parser.add_argument(flag, type=kind, help=f"{name}: {text} (default: {default})")
-    parser.add_argument("--unlabeled", type=int, default=0, help="use only the first N outputs (the unlabeled ones, "
+    parser.add_argument("--unlabeled", type=int, help="use only the first N outputs (the unlabeled ones, "
                         "then the labeled pairs'; 0: all)")
     parser.add_argument("--pi-data", choices=("ours", "authors"),
                         help="ours: the unlabeled and the labeled outputs, corrupted afresh every epoch; authors: the "
@@ -121,7 +121,7 @@ def parse_args(argv=None):
                         help="Appendix E's g, stored with Pi: Pi leaves an output g passes as it is; compile (SPoC's): "
                              "g passes programs that compile; valid (a task folder's): outputs its validity command "
                              "accepts; none: Pi repairs every output")
-    parser.add_argument("--repair-every", type=int, default=1, help="judge val repairs every N epochs (0: never; on a "
+    parser.add_argument("--repair-every", type=int, help="judge val repairs every N epochs (0: never; on a "
                         "GPU the report costs as much as several epochs: the paper preset's is every 10th)")
     parser.add_argument("--repair-programs", type=int, default=100, help="how many val outputs to repair")
     common.add_training_args(parser)
@@ -154,6 +154,10 @@ def preset_values(dataset: str, known) -> dict:
             **DATASET_CHANGES.get((dataset, known.preset), {})}
 
 
+def main(argv=None):
+    common.run_main("train_denoiser.py", train, parse_args(argv), on_interrupt=common.RESUME_HINT)
+
+
 def training_programs(args) -> list[str]:
     """The outputs Pi learns from: the unlabeled ones, then the labeled pairs' (--pi-data authors: the unlabeled alone),
     the first --unlabeled of them."""
@@ -175,10 +179,6 @@ def corrupted_pairs(programs: list[str], clean_ids: list, tokenizer, args, epoch
     rng = random.Random(f"{args.seed}-epoch{epoch}" if args.pi_data == "ours" else f"{args.seed}-once")
     corrupt = CORRUPTIONS[args.corruption].corrupt
     return list(zip(tokenizer.encode([corrupt(code, rng, args, tokenizer) for code in programs]), clean_ids))
-
-
-def main(argv=None):
-    common.run_main("train_denoiser.py", train, parse_args(argv), on_interrupt=common.RESUME_HINT)
 
 
 def train(args):
@@ -211,20 +211,23 @@ def train(args):
     extra["val_noise"] = hashlib.sha256("\n".join(val_noisy).encode()).hexdigest()[:8]
 
     def report_repairs(model, epoch):
-        """The repair report ending an epoch's line, every --repair-every epochs (PRESETS' repair_every), of the first
-        --repair-programs (100) outputs of val.tgt as val_noisy corrupted them (once, the same every epoch; "noise"
-        names them), each number a count or share of those:
-          N changed by the noise     the noise leaves a tenth as they are (common.CLEAN_PROBABILITY; SPoC's a quarter);
-          M of them repaired exactly Pi's greedy repair (common.denoise: through g, if Pi has one) is the original;
-          X% of all exact            exact after repair, the unchanged ones included (a Pi that copies scores theirs);
-          Y% compile / valid         g++ compiles the repair (SansType: judge.run_programs' status on an empty input is
-                                     not compile_error), RDKit reads it (molecules), the task's validity command
-                                     passes it (a task; none without one); SPoC: Z% correct on its hidden tests.
-        The run's last line quotes the kept epoch's report (train, below)."""
+        """The repair report that ends an epoch's line, every --repair-every epochs (PRESETS' repair_every: 10 at the
+        paper preset, 1 at cpu), of the first --repair-programs (100) outputs of val.tgt, corrupted once for the run
+        (val_noisy; "noise" names them by a fingerprint). Each number counts those outputs:
+          N changed by the noise      the corrupted output differs from the original (a noise leaves some as they are);
+          M of them repaired exactly  of those N, Pi's greedy repair is the original (with g: what g passes is left
+                                      as it is, the rest repaired);
+          X% of all exact             of all of them after repair, the unchanged ones included (a Pi that copies
+                                      scores their share);
+          Y% compile / valid          the repair compiles (SansType: judge.run_programs' status on an empty input is
+                                      not compile_error; a crash or a time-out counts as compiling), RDKit reads it
+                                      (molecules), the task's validity command passes it (a task; none without one);
+                                      SPoC, instead: Z% correct, every hidden test of its problem passed.
+        The run's last line quotes the kept epoch's report (train's last lines)."""
         if not args.repair_every or epoch % args.repair_every:
             return ""
         noisy, clean = val_noisy[:args.repair_programs], val[:args.repair_programs]
-        rows = common.validation_batch_size(val_pairs, args.batch_size, common.pick_device(args.device))
+        rows = common.validation_batch_size(val_pairs, args.batch_size, common.pick_device(args.device))  # speed only
         repaired = common.denoise(model, tokenizer, noisy, rows, error_free)
         changed = [n != c for n, c in zip(noisy, clean)]  # what the noise left alone is no repair
         fixed = sum(r == c for r, c, was_changed in zip(repaired, clean, changed) if was_changed)
