@@ -205,6 +205,8 @@ def valid_outputs(data_dir: str, outputs: list[str]) -> list[bool] | None:
 
 @dataclass
 class TransformerConfig:
+    """The Transformer's sizes and dropouts. A run's are config_from_args' (its preset's); these defaults, the paper
+    preset's, serve the tests and benches."""
     vocab_size: int
     d_model: int = 256
     n_heads: int = 2
@@ -627,8 +629,8 @@ class UNet(nn.Module):
 # ============================================================================
 # 4. Corruptions
 # ============================================================================
-# Noise for pre-training the denoiser: on SansType code, one statement (`$`-separated) at a time, as the authors'
-# generator draws it (code, random deletions); then any task's piece edits and SMILES edits. Functions of (output,
+# Noise for pre-training the denoiser: on SansType code, statement by statement (`$`-separated), the code noise as the
+# authors' generator draws it, and random deletions; then any task's piece edits and SMILES edits. Functions of (output,
 # rng) (the piece edits also of the tokenizer), so every epoch can draw fresh, reproducible noise. A new noise: its
 # function here, and its entry in train_denoiser.CORRUPTIONS (with a parameter: also its range check in parse_args).
 CPP_TYPES = ("int", "string", "bool")
@@ -829,9 +831,9 @@ def canonical_smiles(smiles: str) -> str | None:
 # 5. Checkpoints, run folders and resume
 # ============================================================================
 # A checkpoint is one self-contained file: the model's config and weights, the tokenizer's
-# bytes, the arguments it was trained with and its best validation loss, so that loading it
-# needs no other file. Training writes two: model.pt (the best epoch so far, for the next
-# stage) and last.pt (the latest epoch with optimizer, step and random states, for --resume).
+# bytes and the arguments it was trained with, so that loading it needs no other file. Training
+# writes two: model.pt (the best epoch so far, with its validation loss, for the next stage) and
+# last.pt (the latest epoch with optimizer, step, random states and history, for --resume).
 # Both are written to a temporary file first and renamed, so a kill never leaves half a file.
 
 def load_checkpoint(path: str, needs=("config", "model", "spm")) -> dict:
@@ -950,8 +952,9 @@ def save_checkpoint(path: str, payload: dict):
 # Resume (--resume; fit's docstring says how a run goes on): the settings a resumed run keeps, what last.pt holds
 # besides the model, and how it is restored. What makes the rest of a resumed run the rest of the unbroken one: every
 # random draw is either torch's generator (initialisation, dropout, the samples y' of composed training), whose state
-# last.pt holds, or a Random seeded by (seed, epoch) (each epoch's batch order and Pi's noise), made anew from the epoch
-# number; the schedule's step is restored, and its length (the linear decay's) is epochs x batches an epoch.
+# last.pt holds, or a Random seeded by the run's seed and what it draws for (each epoch's batch order and Pi's noise by
+# the epoch's number; --pi-data authors' noise and Pi's val noise once), made anew; the schedule's step is restored,
+# and its length (the linear decay's) is epochs x batches an epoch.
 
 # What a resumed run may change: how long it goes on, where it runs (out: a run folder moved elsewhere, resumed
 # there), how often it reports. Anything else (its data too) would make it another run than the one it continues.
@@ -1566,14 +1569,14 @@ ARCHITECTURE = dict(
     d_ff=              (1024,       512,  64,             1024,  512),
 )
 # What every run trains with, whatever its preset, as the authors ran fairseq: AdamW with these betas and weight decay,
-# no gradient clipping, fp32 (--precision), seed 0. add_training_args makes them the flags' defaults; the betas have
-# no flag, and fit reads them from here.
+# no gradient clipping, fp32 (--precision), seed 0. add_training_args makes them the flags' defaults (the betas have
+# no flag).
 EVERY_PRESET = dict(adam_betas=(0.9, 0.98), weight_decay=1e-4, clip_norm=0.0, precision="fp32", seed=0)
 
 
 def config_from_args(args, vocab_size: int) -> TransformerConfig:
     """The Transformer a run builds: ARCHITECTURE's sizes and its script's PRESETS' dropouts (or the flags'); a
-    fine-tuned f takes Pi's weights into it (load_model), with its own dropouts."""
+    fine-tuned f takes Pi's weights into it, with its own dropouts."""
     return TransformerConfig(vocab_size=vocab_size, d_model=args.d_model, n_heads=args.n_heads,
                              encoder_layers=args.layers, decoder_layers=args.layers, d_ff=args.d_ff,
                              dropout=args.dropout, attention_dropout=args.attention_dropout,

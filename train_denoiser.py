@@ -9,9 +9,10 @@
 
 Pi learns only from outputs: the unlabeled programs plus the labeled training code (code without
 its pseudocode is unlabeled output data too). Every epoch corrupts them afresh (--pi-data authors: the
-unlabeled programs alone, each corrupted once, as the authors made Pi's data); early stopping uses
+unlabeled programs alone, each corrupted once, as the authors made Pi's data); the epoch kept is chosen on
 a fixed corrupted copy of val.tgt (its noise named by a fingerprint, so that two Pis' losses compare), on which it
-also reports, every --repair-every epochs, how its repairs fare (report_repairs says what each number counts). On SPoC,
+also reports, every --repair-every epochs, how its repairs fare (the docstring of report_repairs, in train, says
+what each number counts). On SPoC,
 Pi is Appendix E's pair (g, nu): the error detector g (the compiler) passes a program that compiles, and only the
 others are repaired; on a task of one's own, --error-detector valid makes its validity command g.
 """
@@ -84,8 +85,8 @@ class Corruption(NamedTuple):
 CORRUPTIONS = {
     "code": Corruption(lambda code, rng, args, tokenizer: common.corrupt_code(code, rng, args.num_corruptions),
                        "SansType's: Appendix C's statement-level type, stream and print edits", {"sanstype": "Table 2"},
-                       ("--num-corruptions", int, 3, "at most this many statements noised per program, 1 to N in "
-                                                     "90%% of programs")),
+                       ("--num-corruptions", int, 3, "in 90%% of programs, 1 to N statement positions drawn (with "
+                                                     "replacement), each noised")),
     "random": Corruption(lambda code, rng, args, tokenizer: common.delete_random_words(code, rng,
                                                                                        args.deletion_probability),
                          "drop each word of a statement", {"sanstype": "Table 5"},
