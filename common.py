@@ -632,7 +632,8 @@ class UNet(nn.Module):
 # Noise for pre-training the denoiser: on SansType code, statement by statement (`$`-separated), the code noise as the
 # authors' generator draws it, and random deletions; then any task's piece edits and SMILES edits. Functions of (output,
 # rng) (the piece edits also of the tokenizer), so every epoch can draw fresh, reproducible noise. A new noise: its
-# function here, and its entry in train_denoiser.CORRUPTIONS (with a parameter: also its range check in parse_args).
+# function here (or in a module of its own, as SPoC's in spoc.py), its entry in train_denoiser.CORRUPTIONS (with a
+# parameter: its range check in parse_args) and, for a dataset's own noise, its DATASET_CHANGES entry there.
 CPP_TYPES = ("int", "string", "bool")
 CLEAN_PROBABILITY = 0.1  # every noise here leaves at least a tenth of the outputs as they are: Pi must also copy
 
@@ -953,14 +954,13 @@ def save_checkpoint(path: str, payload: dict):
 # besides the model, and how it is restored. What makes the rest of a resumed run the rest of the unbroken one: every
 # random draw is either torch's generator (initialisation, dropout, the samples y' of composed training), whose state
 # last.pt holds, or a Random seeded by the run's seed and what it draws for (each epoch's batch order and Pi's noise by
-# the epoch's number; --pi-data authors' noise and Pi's val noise once), made anew; the schedule's step is restored,
-# and its length (the linear decay's) is epochs x batches an epoch.
+# the epoch's number; --pi-data authors' noise, the same every epoch, and Pi's val noise by the seed alone), made
+# anew; the schedule's step is restored, and its length (the linear decay's) is epochs x batches an epoch.
 
 # What a resumed run may change: how long it goes on, where it runs (out: a run folder moved elsewhere, resumed
 # there), how often it reports. Anything else (its data too) would make it another run than the one it continues.
-# Some of these change the rest of the run too: --epochs under a linear schedule moves the rest of the decay (which
-# ends at the last epoch), --device from the CPU to a GPU pads batches otherwise; only with none changed does it end
-# bit for bit as the unbroken run.
+# Two of them change the rest of the run: --epochs under a linear schedule moves the rest of the decay (which ends at
+# the last epoch), --device from the CPU to a GPU pads batches otherwise; the others change no epoch's weights.
 MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
 
 

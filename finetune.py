@@ -111,8 +111,8 @@ def parse_args(argv=None):
     parser.add_argument("--method", choices=METHODS, required=True, help="which predictor to train")
     parser.add_argument("--data", default="data/sanstype", help=f"a folder {common.DATA_MAKERS} wrote")
     parser.add_argument("--denoiser", help="pre-trained denoiser (standard, bart: the init; composed: the frozen "
-                        "Pi; default: runs/denoiser/model.pt)")
-    parser.add_argument("--out", help="output folder (default runs/<method>)")
+                        "Pi)")
+    parser.add_argument("--out", help="output folder")
     parser.add_argument("--labeled", type=int, help="train on the first N labeled pairs only (Figure 4's sweep)")
     parser.add_argument("--frozen-epochs", type=int, help="bart: epochs with only the encoder training")
     parser.add_argument("--reverse-epochs", type=int, help="backtranslation: epochs of the code-to-pseudocode model")
@@ -120,7 +120,7 @@ def parse_args(argv=None):
     parser.add_argument("--synthetic-programs", type=int,
                         help="backtranslation: unlabeled programs to write pseudocode for (0: all)")
     composed = parser.add_argument_group("composed fine-tuning (Eq. 1, Appendix D)")
-    composed.add_argument("--init", help="the base predictor's initialisation (default: runs/standard/model.pt)")
+    composed.add_argument("--init", help="the base predictor's initialisation")
     composed.add_argument("--estimator", choices=("reinforce", "straight-through", "gumbel"),
                           help="the gradient of the first term through f's discrete outputs: REINFORCE (the paper's), "
                                "or the denoiser reading them as one-hot rows with the gradient of f's softmax "

@@ -214,7 +214,7 @@ def train(args):
     def report_repairs(model, epoch):
         """The repair report that ends an epoch's line, every --repair-every epochs (PRESETS' repair_every: 10 at the
         paper preset, 1 at cpu), of the first --repair-programs (100) outputs of val.tgt, corrupted once for the run
-        (val_noisy; "noise" names them by a fingerprint). Each number counts those outputs:
+        (val_noisy; "noise" is the fingerprint of all of val_noisy). Each number counts those outputs:
           N changed by the noise      the corrupted output differs from the original (a noise leaves some as they are);
           M of them repaired exactly  of those N, Pi's greedy repair is the original (with g: what g passes is left
                                       as it is, the rest repaired);
@@ -224,7 +224,7 @@ def train(args):
                                       not compile_error; a crash or a time-out counts as compiling), RDKit reads it
                                       (molecules), the task's validity command passes it (a task; none without one);
                                       SPoC, instead: Z% correct, every hidden test of its problem passed.
-        The run's last line quotes the kept epoch's report (train's last lines)."""
+        The run's last line quotes the kept epoch's report, if it made one (train's last lines)."""
         if not args.repair_every or epoch % args.repair_every:
             return ""
         noisy, clean = val_noisy[:args.repair_programs], val[:args.repair_programs]
