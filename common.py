@@ -632,8 +632,8 @@ class UNet(nn.Module):
 # Noise for pre-training the denoiser: on SansType code, statement by statement (`$`-separated), the code noise as the
 # authors' generator draws it, and random deletions; then any task's piece edits and SMILES edits. Functions of (output,
 # rng) (the piece edits also of the tokenizer), so every epoch can draw fresh, reproducible noise. A new noise: its
-# function here (or in a module of its own, as SPoC's in spoc.py), its entry in train_denoiser.CORRUPTIONS (with a
-# parameter: its range check in parse_args) and, for a dataset's own noise, its DATASET_CHANGES entry there.
+# function here (or in a module of its own, as SPoC's in spoc.py), its entry in train_denoiser.CORRUPTIONS and, for a
+# dataset's own noise, its DATASET_CHANGES entry there.
 CPP_TYPES = ("int", "string", "bool")
 CLEAN_PROBABILITY = 0.1  # every noise here leaves at least a tenth of the outputs as they are: Pi must also copy
 

@@ -71,26 +71,37 @@ DATASET_CHANGES = {"sanstype": dict(corruption="code", error_detector="none"),
                    ("spoc", "smoke"): dict(unlabeled=0), ("molecules", "cpu"): dict(epochs=20, patience=20)}
 # The noises Pi learns to undo, each registered here once: what it does to an output, what --help says of it, the
 # paper's table its rows are compared with, by dataset (a checkpoint carries it to evaluate.py's table), and its
-# parameter, if it has one (a flag of its own, --help's "NAME: ..." line, and its default). The paper has SansType with
-# its code noise (Table 2) and with random deletions (Table 5), and SPoC with its one-line noise (Table 2): any other
-# pairing, e.g. a SansType Pi of SPoC's noise, has no paper numbers beside it (evaluate.py needs no change for a new
-# noise). A noise that is a dataset's own is also its DATASET_CHANGES entry above.
+# parameter, if it has one (a flag of its own, --help's "NAME: ..." line, its default and what a value must be). The
+# paper has SansType with its code noise (Table 2) and with random deletions (Table 5), and SPoC with its one-line noise
+# (Table 2): any other pairing, e.g. a SansType Pi of SPoC's noise, has no paper numbers beside it (evaluate.py needs no
+# change for a new noise). A noise that is a dataset's own is also its DATASET_CHANGES entry above.
 class Corruption(NamedTuple):
     corrupt: Callable  # (output, rng, args, tokenizer) -> the output corrupted
     help: str
     paper_tables: dict  # dataset -> the paper's table its rows are compared with
-    parameter: tuple = ()  # (flag, type, default, help): args holds its value under the flag's name
+    parameter: tuple = ()  # (flag, type, default, help, problem): args holds its value under the flag's name;
+    #                        problem(value) says what is wrong with a value (a one-line refusal), or None
+
+
+def edit_rates_problem(rates: str) -> str | None:
+    """--edit-rates: four probabilities within [0, 1), not all zero (each output would draw no edit 100 times, then
+    lose its first piece)."""
+    if len(rates.split(",")) != 4 or not all(re.fullmatch(r"0?\.\d+|0", rate) for rate in rates.split(",")):
+        return "four probabilities within [0, 1), for delete, insert, substitute and swap"
+    return "all zero, the noise could never change an output" if not any(map(float, rates.split(","))) else None
 
 
 CORRUPTIONS = {
     "code": Corruption(lambda code, rng, args, tokenizer: common.corrupt_code(code, rng, args.num_corruptions),
                        "SansType's: Appendix C's statement-level type, stream and print edits", {"sanstype": "Table 2"},
                        ("--num-corruptions", int, 3, "in 90%% of programs, 1 to N statement positions drawn (with "
-                                                     "replacement), each noised")),
+                                                     "replacement), each noised",
+                        lambda n: None if n >= 1 else "must be at least 1")),
     "random": Corruption(lambda code, rng, args, tokenizer: common.delete_random_words(code, rng,
                                                                                        args.deletion_probability),
                          "drop each word of a statement", {"sanstype": "Table 5"},
-                         ("--deletion-probability", float, 0.15, "of each word")),
+                         ("--deletion-probability", float, 0.15, "of each word",  # (0: it could never change one)
+                          lambda p: None if 0 < p <= 1 else "must be within (0, 1]")),
     "line": Corruption(lambda code, rng, args, tokenizer: spoc.corrupt_one_line(code, rng),
                        "SPoC's: Appendix E's one-line insertion, deletion or replacement of a keyword, identifier or "
                        "symbol", {"spoc": "Table 2"}),
@@ -100,7 +111,8 @@ CORRUPTIONS = {
         text, rng, tokenizer, tuple(map(float, args.edit_rates.split(",")))),
         "a task of your own (make_task.py): at least one piece deleted, inserted, substituted or swapped", {},
         ("--edit-rates", str, "0.03,0.03,0.03,0.03", "the probabilities of deleting, inserting, substituting and "
-                                                     "swapping, per piece of the output: about one edit in 8 pieces")),
+                                                     "swapping, per piece of the output: about one edit in 8 pieces",
+         edit_rates_problem)),
 }
 
 
@@ -111,7 +123,7 @@ def parse_args(argv=None):
     parser.add_argument("--corruption", choices=sorted(CORRUPTIONS), help="; ".join(
         f"{name}: {corruption.help}" for name, corruption in CORRUPTIONS.items()))
     noise_parameters = {name: corruption.parameter for name, corruption in CORRUPTIONS.items() if corruption.parameter}
-    for name, (flag, kind, default, text) in noise_parameters.items():
+    for name, (flag, kind, default, text, _) in noise_parameters.items():
         parser.add_argument(flag, type=kind, help=f"{name}: {text} (default: {default})")
     parser.add_argument("--unlabeled", type=int, help="use only the first N outputs (the unlabeled ones, "
                         "then the labeled pairs'; 0: all)")
@@ -127,25 +139,20 @@ def parse_args(argv=None):
     parser.add_argument("--repair-programs", type=int, default=100, help="how many val outputs to repair")
     common.add_training_args(parser)
     args = common.parse_training_args(parser, argv, preset_values, lambda known: known.out)
-    for corruption, (flag, _, default, _) in noise_parameters.items():  # a noise's flag: its value, or its default
+    for corruption, (flag, _, default, _, problem) in noise_parameters.items():  # its value, or its default
         name = flag[2:].replace("-", "_")
         if getattr(args, name) != parser.get_default(name) and args.corruption != corruption:  # given, for another
             parser.error(f"{flag} is for --corruption {corruption}, not {args.corruption}")
-        setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
+        value = default if getattr(args, name) is None else getattr(args, name)
+        if problem(value):
+            parser.error(f"{flag} {value}: {problem(value)}")
+        setattr(args, name, value)
     if args.error_detector == "compile" and args.dataset != "spoc":
         parser.error("--error-detector compile needs SPoC data (make_spoc.py)")
     if args.error_detector == "valid" and not common.read_manifest(args.data).get("valid_command"):
         parser.error(f"--error-detector valid needs a task folder with a validity command (make_task.py "
                      f"--valid-command); {args.data} has none")
-    rates = args.edit_rates.split(",")
-    if len(rates) != 4 or not all(re.fullmatch(r"0?\.\d+|0", rate) for rate in rates):
-        parser.error(f"--edit-rates {args.edit_rates}: four probabilities within [0, 1), for delete, insert, "
-                     "substitute and swap")
-    if all(float(rate) == 0 for rate in rates):  # (each output would draw no edit 100 times, then lose its first piece)
-        parser.error(f"--edit-rates {args.edit_rates}: all zero, the noise could never change an output")
-    common.check_ranges(parser, args, at_least_1="num_corruptions repair_programs",
-                        not_negative="unlabeled repair_every", probability="deletion_probability",
-                        positive="deletion_probability")  # (0: the noise could never change a program)
+    common.check_ranges(parser, args, at_least_1="repair_programs", not_negative="unlabeled repair_every")
     return args
 
 
