@@ -960,7 +960,8 @@ def save_checkpoint(path: str, payload: dict):
 # What a resumed run may change: how long it goes on, where it runs (out: a run folder moved elsewhere, resumed
 # there), how often it reports. Anything else (its data too) would make it another run than the one it continues.
 # Two of them change the rest of the run: --epochs under a linear schedule moves the rest of the decay (which ends at
-# the last epoch), --device from the CPU to a GPU pads batches otherwise; the others change no epoch's weights.
+# the last epoch), --device runs it otherwise (a GPU pads batches, multiplies in TF32, samples from its own generator);
+# the others change no epoch's weights.
 MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
 
 
@@ -1288,10 +1289,11 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
 def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, epoch: int, label_smoothing: float,
                     denoiser=None, error_free=None) -> float:
     """One pass over the epoch's batches; the mean training loss per gold target token (batches of inputs alone,
-    which have none, weigh nothing in it). A step's loss is -log p(y|x)
-    or, with a frozen denoiser Pi, minus Eq. 1 (composed_loss, just below). Nothing in the loop waits for the GPU
-    (but Pi's error detector g, which reads each step's samples as text on the host): the loss is summed on the device
-    and read only for a progress line and at the end."""
+    which have none, weigh nothing in it). A step's loss is -log p(y|x) or, with a frozen denoiser Pi,
+    composed_loss's (just below), whose gradient estimates minus Eq. 1's. Nothing in the loop waits for the GPU (but
+    Pi's error detector g, which reads each step's samples as text on the host, and a batch of inputs alone, which
+    composed_loss tells by a host sync): the loss is summed on the device and read only for a progress line and at the
+    end."""
     model.train()
     meter = Progress(len(epoch_batches), f"epoch {epoch}/{args.epochs}", every_seconds=30)
     total = torch.zeros((), dtype=torch.float64, device=device)
@@ -1301,7 +1303,7 @@ def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, ep
         with autocast(args.precision, device):
             if denoiser is None:  # -log p_theta(y|x) per target token
                 loss = sequence_loss(model(src, tgt_in), tgt_out, label_smoothing)
-            else:  # composed fine-tuning: minus Eq. 1, Pi frozen
+            else:  # composed fine-tuning: Eq. 1's surrogate (its gradient), Pi frozen
                 loss = composed_loss(model, denoiser, src, tgt_in, tgt_out, args, label_smoothing, error_free)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -1334,7 +1336,8 @@ EQ1 = dict(estimator="reinforce", samples=1, reinforce_baseline="batch", clamp="
 
 def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: float, error_free=None,
                   max_len: int | None = None):
-    """Minus Eq. 1 for one batch, f = p_theta training, the denoiser Pi = p_beta frozen (eval mode, no gradients):
+    """The loss whose gradient estimates minus Eq. 1's for one batch (with REINFORCE its value is a surrogate, not
+    minus Eq. 1), f = p_theta training, the denoiser Pi = p_beta frozen (eval mode, no gradients):
 
         max_theta  E_{y' ~ p_theta(.|x)}[ log p_beta(y | y') ]  +  lambda * E[ log p_theta(y | x) ]
 
@@ -1387,7 +1390,7 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: 
     if no_gold:
         return s.composed_weight * composed / samples / (src != PAD_ID).sum()
     direct = sequence_loss(f.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)  # -log p_theta(y|x)
-    return s.composed_weight * composed / samples / (tgt_out != PAD_ID).sum() + s.lam * direct   # minus Eq. 1
+    return s.composed_weight * composed / samples / (tgt_out != PAD_ID).sum() + s.lam * direct   # -Eq. 1's surrogate
 
 
 def reinforce_baseline(rewards, kind: str):
