@@ -7,14 +7,13 @@
     python train_denoiser.py --data data/molecules --out runs/molecules/denoiser   # SMILES edits (make_molecules.py)
     python train_denoiser.py --resume                         # continue after an interrupt
 
-Pi learns only from outputs: the unlabeled programs plus the labeled training code (code without
-its pseudocode is unlabeled output data too). Every epoch corrupts them afresh (--pi-data authors: the
-unlabeled programs alone, each corrupted once, as the authors made Pi's data); the epoch kept is chosen on
-a fixed corrupted copy of val.tgt (its noise named by a fingerprint, so that two Pis' losses compare), on which it
-also reports, every --repair-every epochs, how its repairs fare (the docstring of report_repairs, in train, says
-what each number counts). On SPoC,
-Pi is Appendix E's pair (g, nu): the error detector g (the compiler) passes a program that compiles, and only the
-others are repaired; on a task of one's own, --error-detector valid makes its validity command g.
+Pi learns only from outputs: the unlabeled programs plus the labeled training code (code without its pseudocode is
+unlabeled output data too). Every epoch corrupts them afresh (--pi-data authors: the unlabeled programs alone, each
+corrupted once, as the authors made Pi's data); the epoch kept is chosen on a fixed corrupted copy of val.tgt (its
+noise named by a fingerprint, so that two Pis' losses compare), on which it also reports, every --repair-every
+epochs, how its repairs fare (the docstring of report_repairs, in train, says what each number counts). On SPoC, Pi
+is Appendix E's pair (g, nu): the error detector g (the compiler) passes a program that compiles, and only the others
+are repaired; on a task of one's own, --error-detector valid makes its validity command g.
 """
 import hashlib
 import os
