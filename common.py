@@ -1191,11 +1191,12 @@ def unpack_epoch(packed: tuple, pin: bool = False) -> list[tuple]:
 
 
 def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
-        denoiser=None, error_free=None, val_share=None):
+        denoiser=None, error_free=None, val_share=None, epochs: int | None = None):
     """Train with AdamW, validate after every epoch, keep the best epoch in out_dir/model.pt (the latest in
-    last.pt, for --resume) and stop after `args.patience` epochs without a better one. `trainable` may name the only
-    parameters to train (BART's first stage); `extra` goes into every checkpoint; on_epoch(model, epoch) may add a
-    note to an epoch's line.
+    last.pt, for --resume) and stop after `args.patience` epochs without a better one, or after `epochs` (default
+    args.epochs; a staged method's stage has its own, while its checkpoints keep the run's args, which --resume takes).
+    `trainable` may name the only parameters to train (BART's first stage); `extra` goes into every checkpoint;
+    on_epoch(model, epoch) may add a note to an epoch's line.
 
     Batches: train_pairs_for_epoch(epoch) gives the epoch's (src, tgt) id pairs (finetune.py: the labeled pairs,
     every epoch, and composed --unlabeled-inputs' inputs alone, tgt None; train_denoiser.corrupted_pairs: the
@@ -1218,7 +1219,7 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     settings unchanged (settings_ran_with: the flags' defaults; check_resume_settings refuses others but
     MAY_CHANGE_ON_RESUME's) it ends bit for bit as an unbroken run on the CPU (tests/test_training.py,
     test_a_run_killed_twice_and_resumed_ends_bit_for_bit_as_an_unbroken_one)."""
-    device = pick_device(args.device)
+    device, epochs = pick_device(args.device), args.epochs if epochs is None else epochs
     model.to(device)
     val_batches = device_batches(val_pairs, validation_batch_size(val_pairs, args.batch_size, device), device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=EVERY_PRESET["adam_betas"],
@@ -1232,13 +1233,13 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
         return batches(train_pairs_for_epoch(epoch), args.batch_size, random.Random(f"{args.seed}-batch order-{epoch}"),
                        length_multiple(device))
 
-    # Epochs state + 1 .. args.epochs, each made while the one before it trains (the first while nothing does): a
+    # Epochs state + 1 .. epochs, each made while the one before it trains (the first while nothing does): a
     # PyTorch DataLoader whose items are whole epochs, made by one worker process (epoch_loader).
     upcoming = (unpack_epoch(packed, pin=device.type == "cuda")
-                for packed in epoch_loader(batches_of, range(state["epoch"] + 1, args.epochs + 1)))
+                for packed in epoch_loader(batches_of, range(state["epoch"] + 1, epochs + 1)))
     first_batches = next(upcoming, [])
     upcoming = itertools.chain([first_batches], upcoming)
-    total_steps = max(1, args.epochs * len(first_batches))  # the schedule's length (1: a resumed run that had ended)
+    total_steps = max(1, epochs * len(first_batches))  # the schedule's length (1: a resumed run that had ended)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, args, total_steps))
     if last:
         restore(last, model, optimizer, scheduler, device)
@@ -1259,11 +1260,11 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
         state["history"].append({"epoch": 0, "train_loss": float("nan"), "val_loss": val_loss,
                                  **({"val_share": share} if val_share else {}), "seconds": time.time() - started})
         print(f"epoch 0 (f as it starts): val loss {val_loss:.4f}{shown(share, args)}", file=sys.stderr, flush=True)
-    while state["epoch"] < args.epochs and state["epoch"] - state["best_epoch"] < args.patience:
+    while state["epoch"] < epochs and state["epoch"] - state["best_epoch"] < args.patience:
         epoch, started = state["epoch"] + 1, time.time()
         smoothing = label_smoothing_at(epoch, args.label_smoothing)
-        train_loss = train_one_epoch(model, next(upcoming), optimizer, scheduler, args, device, epoch, smoothing,
-                                     denoiser, error_free)
+        train_loss = train_one_epoch(model, next(upcoming), optimizer, scheduler, args, device,
+                                     f"epoch {epoch}/{epochs}", smoothing, denoiser, error_free)
         with autocast(args.precision, device):
             val_loss = validation_loss(model, val_batches) if denoiser is None else \
                 composed_validation_loss(model, denoiser, val_batches, error_free, args.gamma)  # of Pi(f(x))
@@ -1286,16 +1287,16 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
     return state
 
 
-def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, epoch: int, label_smoothing: float,
+def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, what: str, label_smoothing: float,
                     denoiser=None, error_free=None) -> float:
     """One pass over the epoch's batches; the mean training loss per gold target token (batches of inputs alone,
     which have none, weigh nothing in it). A step's loss is -log p(y|x) or, with a frozen denoiser Pi,
     composed_loss's (just below), whose gradient estimates minus Eq. 1's. Nothing in the loop waits for the GPU (but
     Pi's error detector g, which reads each step's samples as text on the host, and a batch of inputs alone, which
     composed_loss tells by a host sync): the loss is summed on the device and read only for a progress line and at the
-    end."""
+    end. what: the progress line's label ("epoch 3/80")."""
     model.train()
-    meter = Progress(len(epoch_batches), f"epoch {epoch}/{args.epochs}", every_seconds=30)
+    meter = Progress(len(epoch_batches), what, every_seconds=30)
     total = torch.zeros((), dtype=torch.float64, device=device)
     tokens = torch.zeros((), dtype=torch.long, device=device)
     for batch in epoch_batches:

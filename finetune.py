@@ -20,7 +20,6 @@ checkpoint, so evaluate.py applies it without being told). Every method keeps th
 validation loss (composed: of the composition Pi(f(x)), f decoding greedily), or the one --keep-by names (composed on a
 task with a validity command: the most valid, KEEP_BY).
 """
-import argparse
 import os
 import sys
 
@@ -190,11 +189,6 @@ def encoder_parameters(model) -> list[str]:
     return [name for name, _ in model.named_parameters() if name.startswith(("encoder", "embed."))]
 
 
-def with_epochs(args, epochs: int) -> argparse.Namespace:
-    """args for one stage of a staged method; each stage has its own learning-rate schedule."""
-    return argparse.Namespace(**{**vars(args), "epochs": epochs})
-
-
 def unlabeled_inputs(args, tokenizer):
     """composed --unlabeled-inputs N: epoch e's N inputs with no gold output, lines (e - 1) N .. e N - 1 of
     DATA/unlabeled.src (from its start again after its end), as (source ids, None) pairs, which common.batches puts
@@ -253,11 +247,11 @@ def finetune(args):
         state = backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra)
     elif args.method == "bart":  # the encoder alone in frozen/, then every weight in --out
         frozen_dir = os.path.join(args.out, "frozen")
-        common.fit(model, lambda epoch: train_pairs, val_pairs, with_epochs(args, args.frozen_epochs), frozen_dir,
-                   extra, trainable=encoder_parameters(model))
+        common.fit(model, lambda epoch: train_pairs, val_pairs, args, frozen_dir, extra,
+                   trainable=encoder_parameters(model), epochs=args.frozen_epochs)
         model.load_state_dict(common.load_checkpoint(os.path.join(frozen_dir, "model.pt"))["model"])
-        state = common.fit(model, lambda epoch: train_pairs, val_pairs,
-                           with_epochs(args, args.epochs - args.frozen_epochs), args.out, extra)
+        state = common.fit(model, lambda epoch: train_pairs, val_pairs, args, args.out, extra,
+                           epochs=args.epochs - args.frozen_epochs)
     else:
         g = common.error_detector(denoiser_checkpoint) if composed_training else None  # composed: Pi's g, if any
         state = common.fit(model, lambda epoch: train_pairs + inputs_alone(epoch), val_pairs, args, args.out, extra,
@@ -296,8 +290,8 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
 
     print("backtranslation 1/3: code -> pseudocode on the labeled pairs", file=sys.stderr)
     reverse = common.Transformer(model.config)
-    common.fit(reverse, lambda epoch: swap(train_pairs), swap(val_pairs), with_epochs(args, args.reverse_epochs),
-               reverse_dir, {**extra, "method": "backtranslation-reverse"})
+    common.fit(reverse, lambda epoch: swap(train_pairs), swap(val_pairs), args, reverse_dir,
+               {**extra, "method": "backtranslation-reverse"}, epochs=args.reverse_epochs)
     reverse.load_state_dict(common.load_checkpoint(os.path.join(reverse_dir, "model.pt"))["model"])
 
     synthetic_src, synthetic_tgt = os.path.join(args.out, "synthetic.src"), os.path.join(args.out, "synthetic.tgt")
@@ -313,11 +307,10 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
 
     print(f"backtranslation 3/3: pseudocode -> code on {len(train_pairs)} labeled + {len(synthetic)} synthetic "
           "pairs, then on the labeled pairs only", file=sys.stderr)
-    common.fit(model, lambda epoch: train_pairs + synthetic, val_pairs, with_epochs(args, args.epochs),
-               mixed_dir, {**extra, "method": "backtranslation-mixed"})
+    common.fit(model, lambda epoch: train_pairs + synthetic, val_pairs, args, mixed_dir,
+               {**extra, "method": "backtranslation-mixed"})
     model.load_state_dict(common.load_checkpoint(os.path.join(mixed_dir, "model.pt"))["model"])
-    return common.fit(model, lambda epoch: train_pairs, val_pairs, with_epochs(args, args.labeled_epochs), args.out,
-                      extra)
+    return common.fit(model, lambda epoch: train_pairs, val_pairs, args, args.out, extra, epochs=args.labeled_epochs)
 
 
 if __name__ == "__main__":

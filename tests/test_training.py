@@ -118,6 +118,13 @@ def test_bart_freezes_the_decoder_first(data, denoiser, tmp_path):
     assert "embed.weight" in changed and all(name.startswith(("encoder", "embed.")) for name in changed)
     trained = common.load_checkpoint(str(tmp_path / "model.pt"))["model"]
     assert not torch.equal(trained["decoder.0.ffn.fc1.weight"], start["decoder.0.ffn.fc1.weight"])
+    # Each stage's checkpoints keep the run's settings, not the stage's length: --resume takes them as they were given
+    # (it took the second stage's 1 epoch for the run's --epochs, and refused the run).
+    for stage in ("", "frozen"):
+        assert common.load_checkpoint(str(tmp_path / stage / "last.pt"))["args"]["epochs"] == 2, stage
+    resumed = script("finetune.py", "--method", "bart", "--preset", "smoke", "--data", data, "--denoiser",
+                     denoiser[0], "--out", tmp_path, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
     refused = script("finetune.py", "--method", "bart", "--preset", "smoke", "--data", data, "--denoiser",
                      denoiser[0], "--out", tmp_path / "refused", "--epochs", "2", "--frozen-epochs", "2")
     assert refused.returncode == 2 and "--frozen-epochs (2) must be below --epochs (2)" in refused.stderr
