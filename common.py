@@ -931,9 +931,10 @@ def claim_output(args):
             if os.path.exists(os.path.join(out_dir, stage, name))]
     if held and not (args.resume or args.overwrite):
         raise UsageError(f"{out_dir} holds a run ({held[0]}): --resume continues it, --overwrite starts over")
-    for path in held if args.resume else []:
-        if path.endswith("last.pt"):
-            check_resume_settings(args, os.path.join(out_dir, path), say_changes=path == "last.pt")
+    for stage in stages if args.resume else []:
+        ran = checkpoint_ran_with(os.path.join(out_dir, stage))
+        if ran:
+            check_resume_settings(args, ran, say_changes=stage == "")
     if args.overwrite:
         for name in ("model.pt", "last.pt", "synthetic.*", "eval_*.json", "eval_*.jsonl", *stages[1:]):
             for path in glob.glob(os.path.join(glob.escape(out_dir), name)):
@@ -963,6 +964,15 @@ def save_checkpoint(path: str, payload: dict):
 # the last epoch), --device runs it otherwise (a GPU pads batches, multiplies in TF32, samples from its own generator);
 # the others change no epoch's weights.
 MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
+
+
+def checkpoint_ran_with(run_folder: str) -> str | None:
+    """The checkpoint of a run folder that holds the settings its run ran with: last.pt or, in a run killed in its
+    first epoch, model.pt (composed's epoch 0, or an epoch's best saved before its last.pt); None where neither is."""
+    for name in ("last.pt", "model.pt"):
+        if os.path.isfile(os.path.join(run_folder, name)):
+            return os.path.join(run_folder, name)
+    return None
 
 
 def settings_ran_with(last_path: str) -> dict:
@@ -1651,10 +1661,10 @@ def parse_training_args(parser, argv, preset_of, run_folder):
         parser.epilog = f"Defaults: the {known.preset} preset's for {known.data}" + \
             " before a method's changes (--help with --method shows that method's)" * methods + "; a flag given wins." \
             + TASK_WORDS * (dataset == "task")
-        last = os.path.join(run_folder(known), "last.pt")
-        if known.resume and os.path.isfile(last):
-            parser.set_defaults(**settings_ran_with(last))
-            parser.epilog = f"Defaults: the settings {last} ran with; a flag given wins."
+        ran = checkpoint_ran_with(run_folder(known))
+        if known.resume and ran:
+            parser.set_defaults(**settings_ran_with(ran))
+            parser.epilog = f"Defaults: the settings {ran} ran with; a flag given wins."
     except (UsageError, KeyError):  # no readable data, or no such method: the parse below or the checks say so
         parser.epilog = "Flags shown without a default take the preset's value: --help with --data (and --method) " \
                         "shows it."

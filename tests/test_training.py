@@ -601,6 +601,19 @@ def test_resume_without_a_last_checkpoint_says_so(data, tmp_path):
     assert f"there is no {tmp_path / 'last.pt'} yet, so this run starts at epoch 1" in result.stderr
 
 
+def test_a_run_killed_before_its_first_last_checkpoint_resumes_with_its_settings(data, tmp_path):
+    """A run killed in its first epoch has model.pt (composed's epoch 0, or epoch 1's best) but no last.pt: --resume
+    takes the settings model.pt ran with, and refuses others, as with last.pt."""
+    ran = script("finetune.py", "--method", "baseline", "--preset", "smoke", "--data", data, "--out", tmp_path,
+                 "--epochs", "1", "--lr", "5e-4")
+    assert ran.returncode == 0, ran.stderr
+    os.remove(tmp_path / "last.pt")
+    flags = ["--method", "baseline", "--preset", "smoke", "--data", str(data), "--out", str(tmp_path), "--resume"]
+    assert finetune.parse_args(flags).lr == 5e-4  # (the preset's is 1e-3)
+    with pytest.raises(common.UsageError, match=r"--lr 0.002 \(it ran with 0.0005\)"):
+        common.claim_output(finetune.parse_args([*flags, "--lr", "2e-3"]))
+
+
 def denoiser_pairs(data, *flags):
     """pairs(epoch): the denoiser's training pairs of an epoch (smoke preset), and its batch size."""
     args = train_denoiser.parse_args(["--preset", "smoke", "--data", str(data), "--device", "cpu", *flags])
