@@ -12,13 +12,13 @@ Table of contents
                                 task's piece edits; RDKit's canonical SMILES, the molecules' judge
   5. Checkpoints, run folders   self-contained model files; a finished run is never replaced unasked; resume:
      and resume                 what a resumed run keeps and how it is restored
-  6. Training loop              learning-rate schedules, bf16; each epoch's batches, made ahead in a worker; fit()
-                                with early stopping; one step, from a batch to the optimizer's step, just above
-                                section 7; no waiting on a GPU
-  7. The method's losses        Eq. 1 (composed_loss) with its settings (EQ1), the REINFORCE baseline, the reward's
-                                log-likelihood, its estimators; the validation criteria that keep an epoch
-  8. Settings and command line  the presets' columns, the architecture (Pi's and f's) and what every preset shares;
-                                flags with the preset's (or a resumed run's) values, one-line errors, progress
+  6. Settings and the method's  what every preset shares (the presets' columns, the architecture, AdamW's betas, ...)
+     losses                     and Eq. 1's settings (EQ1), just above Eq. 1 (composed_loss); the REINFORCE baseline,
+                                the reward's log-likelihood, the estimators; the validation criteria that keep an epoch
+  7. Training loop              fit() with early stopping, just below those criteria; each epoch's batches, made ahead
+                                in a worker; one epoch's steps, from a batch to the optimizer's step; schedules, bf16;
+                                no waiting on a GPU
+  8. Command line               flags with the preset's (or a resumed run's) values, one-line errors, progress
 
 The judge (compile and run programs, safely and in batches) is judge.py, a module of its own; what only
 SPoC needs (its noise and test cases) is in spoc.py.
@@ -1021,319 +1021,37 @@ def restore(last: dict, model, optimizer, scheduler, device):
 
 
 # ============================================================================
-# 6. Training loop: schedules, each epoch's batches, fit() with early stopping (resume: section 5), one epoch
+# 6. Settings and the method's losses: what every preset shares, Eq. 1's settings and Eq. 1, the REINFORCE
+#    baseline and the reward's log-likelihood, the pieces they are built from, the estimators; then the validation
+#    criteria that keep an epoch
 # ============================================================================
 
-def pick_device(name: str | None = None) -> torch.device:
-    """--device, or the default: cuda when there is one, else cpu."""
-    available = ["cpu"] + ["cuda"] * torch.cuda.is_available()
-    try:
-        device = torch.device(name or available[-1])
-    except RuntimeError:  # not a device torch knows
-        device = None
-    if device is None or device.type not in available or (device.index or 0) >= max(1, torch.cuda.device_count()):
-        raise UsageError(f"--device {name}: this machine has {' and '.join(available)}")
-    if device.type == "cuda":  # fp32 matrix products in TF32 on the GPU's tensor cores: as the bf16 runs, 8x faster
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        # Attention with a padding mask went to cuDNN, which builds an execution plan for every new (batch, length):
-        # 392 ms for a step on a shape seen for the first time, 19 ms again (an H100, torch 2.11). The
-        # memory-efficient kernel, next in line, needs no plan.
-        torch.backends.cuda.enable_cudnn_sdp(False)
-    return device
+# The presets, a column each in the training scripts' tables of settings (a row per setting): SansType's three and
+# SPoC's two (Appendix E). A dataset without a column of its own takes SansType's (molecules, a task, SPoC's smoke).
+COLUMNS = ("paper", "cpu", "smoke", "spoc paper", "spoc cpu")
+# The Transformer each preset builds, Pi and f alike (standard fine-tuning starts f from Pi's weights).
+#                  SansType: paper  cpu   smoke     SPoC: paper  cpu
+ARCHITECTURE = dict(
+    d_model=           (256,        128,  32,             256,   128),
+    n_heads=           (2,          4,    2,              8,     4),
+    layers=            (3,          2,    1,              5,     2),
+    d_ff=              (1024,       512,  64,             1024,  512),
+)
 
 
-def cpu_has_native_bf16() -> bool:
-    """bf16 autocast pays on a CPU only with bf16 matrix units: 1.5x faster at the paper's size on AVX512-BF16,
-    10-17x slower on AVX2 (EXPERIMENTS.md, "the Transformer and bf16")."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:  # not Linux: assume none
-        return False
-    return " avx512_bf16" in flags or " amx_bf16" in flags
+def config_from_args(args, vocab_size: int) -> TransformerConfig:
+    """The Transformer a run builds: ARCHITECTURE's sizes and its script's PRESETS' dropouts (or the flags'); a
+    fine-tuned f takes Pi's weights into it, with its own dropouts."""
+    return TransformerConfig(vocab_size=vocab_size, d_model=args.d_model, n_heads=args.n_heads,
+                             encoder_layers=args.layers, decoder_layers=args.layers, d_ff=args.d_ff,
+                             dropout=args.dropout, attention_dropout=args.attention_dropout,
+                             activation_dropout=args.activation_dropout)
 
 
-def autocast(precision: str, device: torch.device):
-    """--precision bf16: matrix products in bfloat16; weights, optimizer state and losses stay fp32."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
-def label_smoothing_at(epoch: int, schedule: str) -> float:
-    """--label-smoothing "0.2:100,0.1:25,0.05": 0.2 for 100 epochs, then 0.1 for 25, then 0.05 to the end
-    (Appendix E: lowering the smoothing near the end improved every SPoC model); "0.1": 0.1 throughout."""
-    start = 0
-    for stage in str(schedule).split(","):
-        value, _, epochs = stage.partition(":")
-        start += int(epochs) if epochs else 10 ** 9
-        if epoch <= start:
-            return float(value)
-    return float(value)
-
-
-def learning_rate_factor(step: int, args, total_steps: int) -> float:
-    """The multiplier of the peak rate at `step`: a linear warm-up from --warmup-start-lr, then
-      constant      the peak to the end;
-      inverse-sqrt  peak * sqrt(warm-up steps / step), fairseq's schedule, which the paper's models used;
-      linear        a decay that reaches 0 at the last step (the cpu preset).
-    The linear schedule's warm-up takes at most a tenth of the run, so that a short run reaches its peak."""
-    warmup_steps = args.warmup_steps
-    if args.lr_schedule == "linear":
-        warmup_steps = min(warmup_steps, total_steps // 10)
-    warmup_steps = max(1, warmup_steps)
-    start = args.warmup_start_lr / args.lr
-    warmup = min(1.0, start + (1.0 - start) * (step + 1) / warmup_steps)
-    if args.lr_schedule == "linear":
-        return warmup * max(0.0, 1.0 - step / total_steps)
-    if args.lr_schedule == "inverse-sqrt":
-        return warmup * min(1.0, math.sqrt(warmup_steps / (step + 1)))
-    return warmup
-
-
-# Each epoch's batches (fit's docstring, "Batches"): cut from the epoch's pairs (batches) and made one epoch ahead in a
-# worker process (epoch_loader, start_epoch_worker), handed over packed (pack_epoch, unpack_epoch).
-
-def batches(pairs: list, batch_size: int, rng: random.Random | None = None, length_multiple: int = 1) -> list[tuple]:
-    """(src, tgt_in, tgt_out) padded LongTensors from (source ids, target ids) pairs. The decoder
-    reads BOS + target and predicts target + EOS. Pairs of similar length share a batch, as in
-    fairseq: unsorted batches are half padding, which the CPU pays for in full. With an rng, ties
-    are broken at random and the batches come in random order. length_multiple: lengths padded up to a
-    multiple of it (a GPU's: fewer shapes, each aligned for its matrix units). A pair whose target is None (an input
-    with no gold output: finetune.py --unlabeled-inputs) goes in a batch of such inputs alone, whose targets are a
-    single PAD each (composed_loss reads that as no gold)."""
-    order = list(range(len(pairs)))
-    if rng is not None:
-        rng.shuffle(order)
-    # Inputs alone first, then by length (the sort is stable: shuffled ties stay shuffled); no batch holds both kinds.
-    order.sort(key=lambda i: (pairs[i][1] is not None, len(pairs[i][1] or ()), len(pairs[i][0])))
-    inputs_alone = sum(target is None for _, target in pairs)
-    spans = [(start, min(start + batch_size, end)) for begin, end in ((0, inputs_alone), (inputs_alone, len(order)))
-             for start in range(begin, end, batch_size)]
-    if rng is not None:
-        rng.shuffle(spans)
-    prepared = []
-    for start, end in spans:
-        chosen = [pairs[i] for i in order[start:end]]
-        src = pad([s + [EOS_ID] for s, _ in chosen], length_multiple)
-        if chosen[0][1] is None:  # inputs alone: a target of one PAD each
-            tgt = torch.full((len(chosen), 2), PAD_ID, dtype=torch.long)
-        else:
-            tgt = pad([[BOS_ID] + t + [EOS_ID] for _, t in chosen], length_multiple, extra=1)
-        prepared.append((src, tgt[:, :-1], tgt[:, 1:]))
-    return prepared
-
-
-def device_batches(pairs: list, batch_size: int, device) -> list[tuple]:
-    """A fixed set of batches (validation's) on the device, copied once."""
-    on_device = batches(pairs, batch_size, length_multiple=length_multiple(device))
-    return [tuple(t.to(device) for t in batch) for batch in on_device]
-
-
-def length_multiple(device) -> int:
-    """On a GPU, every batch's lengths are padded up to a multiple of 8: a few shapes, not one per batch, so that no
-    step pays for a shape seen for the first time, and bf16 matrix products aligned for the tensor cores. On the CPU
-    padding is work: none."""
-    return 8 if device.type == "cuda" else 1
-
-
-def validation_batch_size(pairs: list, batch_size: int, device) -> int:
-    """On a GPU, validation (and the denoiser's repair report) takes as many programs a batch as 2^16 tokens of the
-    longest hold: SansType's 500 val programs in one batch, one decoding instead of three. On the CPU, the run's own."""
-    longest = max(len(s) + len(t) for s, t in pairs) + 2
-    return max(batch_size, 2 ** 16 // longest) if device.type == "cuda" else batch_size
-
-
-def pad(sequences: list[list[int]], length_multiple: int = 1, extra: int = 0) -> torch.Tensor:
-    """(B, T) PAD-padded ids; T - extra rounded up to a multiple of length_multiple."""
-    longest = max(map(len, sequences)) - extra
-    out = torch.full((len(sequences), -(-longest // length_multiple) * length_multiple + extra), PAD_ID,
-                     dtype=torch.long)
-    for row, ids in enumerate(sequences):
-        out[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return out
-
-
-def epoch_loader(make_epoch: Callable, epochs: range):
-    """Each epoch's batches (make_epoch(epoch)) as pack_epoch packs them, made in a worker process one epoch ahead of
-    the training: the denoiser's fresh corruptions are seconds of Python, and in a thread they would hold the
-    interpreter's lock that the training loop needs between its kernel launches (a 19 ms GPU step took 256 ms; a
-    15 ms CPU step 343 ms). The worker is forked (make_epoch may be a closure) and runs at the lowest priority (on 2
-    cores it takes only what the training leaves idle)."""
-    run = os.getpid()
-    return torch.utils.data.DataLoader(
-        epochs, batch_size=None, collate_fn=lambda epoch: pack_epoch(make_epoch(epoch)), num_workers=1,
-        prefetch_factor=1, multiprocessing_context="fork", worker_init_fn=lambda _: start_epoch_worker(run),
-        generator=torch.Generator())  # (its own: seeding the worker must not draw from the training's generator)
-
-
-def start_epoch_worker(run: int):
-    """The epoch worker dies with its run, even one killed by SIGKILL (which no Python code sees): the kernel sends it
-    SIGKILL when its parent dies (Linux's parent-death signal), where it would otherwise live on, blocked on a full
-    pipe. It runs at the lowest priority."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-        if os.getppid() != run:  # the run died before the signal was set
-            os._exit(0)
-    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-
-
-def pack_epoch(epoch_batches: list[tuple]) -> tuple:
-    """An epoch's batches as (every id in one flat array, each batch's (rows, source length, target length)): NumPy
-    arrays, which cross to the training process as bytes (tensors would go as shared memory, whose hand-over a Ctrl-C
-    can break mid-way)."""
-    flat = torch.cat([t.flatten() for src, tgt_in, tgt_out in epoch_batches
-                      for t in (src, torch.cat([tgt_in[:, :1], tgt_out], dim=1))])
-    shapes = [(len(src), src.shape[1], tgt_in.shape[1] + 1) for src, tgt_in, _ in epoch_batches]
-    return flat.numpy(), np.array(shapes, dtype=np.int64).reshape(-1, 3)
-
-
-def unpack_epoch(packed: tuple, pin: bool = False) -> list[tuple]:
-    """The batches of pack_epoch, as (src, tgt_in, tgt_out) views of one flat tensor; pin: in page-locked memory
-    (pinned once an epoch), from which copies to a GPU do not make the host wait (non_blocking)."""
-    flat, shapes = torch.from_numpy(packed[0]), packed[1]
-    flat = flat.pin_memory() if pin else flat
-    epoch_batches, start = [], 0
-    for rows, source, target in shapes.tolist():
-        src = flat[start:start + rows * source].view(rows, source)
-        tgt = flat[start + rows * source:start + rows * (source + target)].view(rows, target)
-        epoch_batches.append((src, tgt[:, :-1], tgt[:, 1:]))
-        start += rows * (source + target)
-    return epoch_batches
-
-
-def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
-        denoiser=None, error_free=None, val_share=None, epochs: int | None = None):
-    """Train with AdamW, validate after every epoch, keep the best epoch in out_dir/model.pt (the latest in
-    last.pt, for --resume) and stop after `args.patience` epochs without a better one, or after `epochs` (default
-    args.epochs; a staged method's stage has its own, while its checkpoints keep the run's args, which --resume takes).
-    `trainable` may name the only parameters to train (BART's first stage); `extra` goes into every checkpoint;
-    on_epoch(model, epoch) may add a note to an epoch's line.
-
-    Batches: train_pairs_for_epoch(epoch) gives the epoch's (src, tgt) id pairs (finetune.py: the labeled pairs,
-    every epoch, and composed --unlabeled-inputs' inputs alone, tgt None; train_denoiser.corrupted_pairs: the
-    outputs corrupted with Random(f"{seed}-epoch{epoch}"), or with Random(f"{seed}-once") for --pi-data authors);
-    batches_of cuts them into batches of similar length, ties and batch order from
-    Random(f"{seed}-batch order-{epoch}"); a worker process makes each epoch while the one before it trains
-    (epoch_loader).
-
-    The kept epoch: the lowest validation loss (validation_loss) or, with a frozen `denoiser` Pi (on the device, in
-    eval mode), where the model is composed fine-tuning's f trained on minus Eq. 1 (composed_loss, with args'
-    settings; error_free: Pi's g), the lowest loss of Pi(f(x)) (composed_validation_loss), epoch 0 (the f it starts
-    from) included. val_share(model), if given, is a judged share of val (finetune.py --keep-by exact or valid;
-    finetune.KEEP_BY: valid for composed on a task with a validity command) that picks the epoch before the loss
-    does (kept_before).
-
-    Resume (--resume; its functions end section 5): last.pt, saved after every epoch (save_checkpoint: a temporary file,
-    then renamed, so a kill never leaves half a file), holds the weights, AdamW's moments, the schedule's step, the
-    random states and the history; restore() reloads them, and since an epoch's batches and noise depend only on (seed,
-    epoch) (on one kind of device: a GPU pads them otherwise), the run goes on from its last finished epoch. With its
-    settings unchanged (settings_ran_with: the flags' defaults; check_resume_settings refuses others but
-    MAY_CHANGE_ON_RESUME's) it ends bit for bit as an unbroken run on the CPU (tests/test_training.py,
-    test_a_run_killed_twice_and_resumed_ends_bit_for_bit_as_an_unbroken_one)."""
-    device, epochs = pick_device(args.device), args.epochs if epochs is None else epochs
-    model.to(device)
-    val_batches = device_batches(val_pairs, validation_batch_size(val_pairs, args.batch_size, device), device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=EVERY_PRESET["adam_betas"],
-                                  weight_decay=args.weight_decay, fused=device.type == "cuda")  # fused: one kernel
-    last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
-    last = checkpoint_to_resume(last_path) if args.resume else None
-    state = last["state"] if last else {"epoch": 0, "best_loss": float("inf"), "best_share": None, "best_epoch": 0,
-                                        "history": []}
-
-    def batches_of(epoch):  # random order and ties, the same for a seed's epoch whatever --epochs
-        return batches(train_pairs_for_epoch(epoch), args.batch_size, random.Random(f"{args.seed}-batch order-{epoch}"),
-                       length_multiple(device))
-
-    # Epochs state + 1 .. epochs, each made while the one before it trains (the first while nothing does): a
-    # PyTorch DataLoader whose items are whole epochs, made by one worker process (epoch_loader).
-    upcoming = (unpack_epoch(packed, pin=device.type == "cuda")
-                for packed in epoch_loader(batches_of, range(state["epoch"] + 1, epochs + 1)))
-    first_batches = next(upcoming, [])
-    upcoming = itertools.chain([first_batches], upcoming)
-    total_steps = max(1, epochs * len(first_batches))  # the schedule's length (1: a resumed run that had ended)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, args, total_steps))
-    if last:
-        restore(last, model, optimizer, scheduler, device)
-        print(f"resumed from {last_path} after epoch {state['epoch']}", file=sys.stderr)
-
-    def checkpoint(**more):
-        return {"config": asdict(model.config), "model": model.state_dict(), "args": vars(args), **extra, **more}
-
-    for name, parameter in model.named_parameters():  # BART's first stage trains the encoder alone
-        parameter.requires_grad_(trainable is None or name in trainable)
-    if denoiser is not None and not state["history"]:  # composed: Pi(f(x)) of the f it starts from, as epoch 0,
-        started = time.time()                           # kept if no composed epoch does better
-        with autocast(args.precision, device):
-            val_loss = composed_validation_loss(model, denoiser, val_batches, error_free, args.gamma)
-            share = val_share(model) if val_share else None
-        state["best_loss"], state["best_share"] = val_loss, share
-        save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=0))
-        state["history"].append({"epoch": 0, "train_loss": float("nan"), "val_loss": val_loss,
-                                 **({"val_share": share} if val_share else {}), "seconds": time.time() - started})
-        print(f"epoch 0 (f as it starts): val loss {val_loss:.4f}{shown(share, args)}", file=sys.stderr, flush=True)
-    while state["epoch"] < epochs and state["epoch"] - state["best_epoch"] < args.patience:
-        epoch, started = state["epoch"] + 1, time.time()
-        smoothing = label_smoothing_at(epoch, args.label_smoothing)
-        train_loss = train_one_epoch(model, next(upcoming), optimizer, scheduler, args, device,
-                                     f"epoch {epoch}/{epochs}", smoothing, denoiser, error_free)
-        with autocast(args.precision, device):
-            val_loss = validation_loss(model, val_batches) if denoiser is None else \
-                composed_validation_loss(model, denoiser, val_batches, error_free, args.gamma)  # of Pi(f(x))
-            share = val_share(model) if val_share else None
-        state["epoch"] = epoch
-        improved = kept_before((share, val_loss), (state.get("best_share"), state["best_loss"]))
-        if improved:
-            state["best_loss"], state["best_share"], state["best_epoch"] = val_loss, share, epoch
-            save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=epoch))
-        notes = on_epoch(model, epoch) if on_epoch else ""
-        seconds = time.time() - started  # the epoch with its validation and reports
-        state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss,
-                                 **({"val_share": share} if val_share else {}), "seconds": seconds,
-                                 **({"notes": notes} if notes else {})})
-        print(f"epoch {epoch}: train loss {train_loss:.4f}, val loss {val_loss:.4f}{shown(share, args)}"
-              f"{' (best)' if improved else ''}{notes}; {seconds:.1f} s", file=sys.stderr, flush=True)
-        save_checkpoint(last_path, checkpoint(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
-                                              state=state, rng=random_states(device)))
-    model.requires_grad_(True)
-    return state
-
-
-def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, what: str, label_smoothing: float,
-                    denoiser=None, error_free=None) -> float:
-    """One pass over the epoch's batches; the mean training loss per gold target token (batches of inputs alone,
-    which have none, weigh nothing in it). A step's loss is -log p(y|x) or, with a frozen denoiser Pi,
-    composed_loss's (just below), whose gradient estimates minus Eq. 1's. Nothing in the loop waits for the GPU (but
-    Pi's error detector g, which reads each step's samples as text on the host, and a batch of inputs alone, which
-    composed_loss tells by a host sync): the loss is summed on the device and read only for a progress line and at the
-    end. what: the progress line's label ("epoch 3/80")."""
-    model.train()
-    meter = Progress(len(epoch_batches), what, every_seconds=30)
-    total = torch.zeros((), dtype=torch.float64, device=device)
-    tokens = torch.zeros((), dtype=torch.long, device=device)
-    for batch in epoch_batches:
-        src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in batch)
-        with autocast(args.precision, device):
-            if denoiser is None:  # -log p_theta(y|x) per target token
-                loss = sequence_loss(model(src, tgt_in), tgt_out, label_smoothing)
-            else:  # composed fine-tuning: Eq. 1's surrogate (its gradient), Pi frozen
-                loss = composed_loss(model, denoiser, src, tgt_in, tgt_out, args, label_smoothing, error_free)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if args.clip_norm:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
-        optimizer.step()
-        scheduler.step()
-        n = (tgt_out != PAD_ID).sum()
-        total += loss.detach().double() * n
-        tokens += n
-        meter.step(extra=lambda: f"loss {(total / tokens).item():.3f}, {tokens.item() / meter.elapsed():.0f} tok/s")
-    return (total / tokens).item()  # a CPU-GPU sync point, once per epoch
-
-
-# ============================================================================
-# 7. The method's losses: Eq. 1 with its settings, the REINFORCE baseline and the reward's log-likelihood, the pieces
-#    they are built from, the estimators; then the validation criteria that keep an epoch
-# ============================================================================
-
+# What every run trains with, whatever its preset, as the authors ran fairseq: AdamW with these betas and weight decay,
+# no gradient clipping, fp32 (--precision), seed 0. add_training_args makes them the flags' defaults (the betas have
+# no flag).
+EVERY_PRESET = dict(adam_betas=(0.9, 0.98), weight_decay=1e-4, clip_norm=0.0, precision="fp32", seed=0)
 # Eq. 1's settings, in every preset (a flag given wins; composed_loss reads them from the run's args). REINFORCE with
 # one sample and the batch baseline, as good on validation as two samples at the same compute, at 3x a standard
 # step's cost instead of 5x (EXPERIMENTS.md, "the REINFORCE estimator"); composed_weight 0.1 is REINFORCE's (Appendix
@@ -1568,34 +1286,318 @@ def shown(share: float | None, args) -> str:
 
 
 # ============================================================================
-# 8. Settings and command line: presets, flags, one-line errors, progress lines
+# 7. Training loop: fit() with early stopping (the criteria just above; resume: section 5), each epoch's batches,
+#    one epoch's steps (the loss: section 6), schedules, devices and bf16
 # ============================================================================
 
-# The presets, a column each in the training scripts' tables of settings (a row per setting): SansType's three and
-# SPoC's two (Appendix E). A dataset without a column of its own takes SansType's (molecules, a task, SPoC's smoke).
-COLUMNS = ("paper", "cpu", "smoke", "spoc paper", "spoc cpu")
-# The Transformer each preset builds, Pi and f alike (standard fine-tuning starts f from Pi's weights).
-#                  SansType: paper  cpu   smoke     SPoC: paper  cpu
-ARCHITECTURE = dict(
-    d_model=           (256,        128,  32,             256,   128),
-    n_heads=           (2,          4,    2,              8,     4),
-    layers=            (3,          2,    1,              5,     2),
-    d_ff=              (1024,       512,  64,             1024,  512),
-)
-# What every run trains with, whatever its preset, as the authors ran fairseq: AdamW with these betas and weight decay,
-# no gradient clipping, fp32 (--precision), seed 0. add_training_args makes them the flags' defaults (the betas have
-# no flag).
-EVERY_PRESET = dict(adam_betas=(0.9, 0.98), weight_decay=1e-4, clip_norm=0.0, precision="fp32", seed=0)
+def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
+        denoiser=None, error_free=None, val_share=None, epochs: int | None = None):
+    """Train with AdamW, validate after every epoch, keep the best epoch in out_dir/model.pt (the latest in
+    last.pt, for --resume) and stop after `args.patience` epochs without a better one, or after `epochs` (default
+    args.epochs; a staged method's stage has its own, while its checkpoints keep the run's args, which --resume takes).
+    `trainable` may name the only parameters to train (BART's first stage); `extra` goes into every checkpoint;
+    on_epoch(model, epoch) may add a note to an epoch's line.
+
+    Batches: train_pairs_for_epoch(epoch) gives the epoch's (src, tgt) id pairs (finetune.py: the labeled pairs,
+    every epoch, and composed --unlabeled-inputs' inputs alone, tgt None; train_denoiser.corrupted_pairs: the
+    outputs corrupted with Random(f"{seed}-epoch{epoch}"), or with Random(f"{seed}-once") for --pi-data authors);
+    batches_of cuts them into batches of similar length, ties and batch order from
+    Random(f"{seed}-batch order-{epoch}"); a worker process makes each epoch while the one before it trains
+    (epoch_loader).
+
+    The kept epoch: the lowest validation loss (validation_loss) or, with a frozen `denoiser` Pi (on the device, in
+    eval mode), where the model is composed fine-tuning's f trained on minus Eq. 1 (composed_loss, with args'
+    settings; error_free: Pi's g), the lowest loss of Pi(f(x)) (composed_validation_loss), epoch 0 (the f it starts
+    from) included. val_share(model), if given, is a judged share of val (finetune.py --keep-by exact or valid;
+    finetune.KEEP_BY: valid for composed on a task with a validity command) that picks the epoch before the loss
+    does (kept_before).
+
+    Resume (--resume; its functions end section 5): last.pt, saved after every epoch (save_checkpoint: a temporary file,
+    then renamed, so a kill never leaves half a file), holds the weights, AdamW's moments, the schedule's step, the
+    random states and the history; restore() reloads them, and since an epoch's batches and noise depend only on (seed,
+    epoch) (on one kind of device: a GPU pads them otherwise), the run goes on from its last finished epoch. With its
+    settings unchanged (settings_ran_with: the flags' defaults; check_resume_settings refuses others but
+    MAY_CHANGE_ON_RESUME's) it ends bit for bit as an unbroken run on the CPU (tests/test_training.py,
+    test_a_run_killed_twice_and_resumed_ends_bit_for_bit_as_an_unbroken_one)."""
+    device, epochs = pick_device(args.device), args.epochs if epochs is None else epochs
+    model.to(device)
+    val_batches = device_batches(val_pairs, validation_batch_size(val_pairs, args.batch_size, device), device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=EVERY_PRESET["adam_betas"],
+                                  weight_decay=args.weight_decay, fused=device.type == "cuda")  # fused: one kernel
+    last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
+    last = checkpoint_to_resume(last_path) if args.resume else None
+    state = last["state"] if last else {"epoch": 0, "best_loss": float("inf"), "best_share": None, "best_epoch": 0,
+                                        "history": []}
+
+    def batches_of(epoch):  # random order and ties, the same for a seed's epoch whatever --epochs
+        return batches(train_pairs_for_epoch(epoch), args.batch_size, random.Random(f"{args.seed}-batch order-{epoch}"),
+                       length_multiple(device))
+
+    # Epochs state + 1 .. epochs, each made while the one before it trains (the first while nothing does): a
+    # PyTorch DataLoader whose items are whole epochs, made by one worker process (epoch_loader).
+    upcoming = (unpack_epoch(packed, pin=device.type == "cuda")
+                for packed in epoch_loader(batches_of, range(state["epoch"] + 1, epochs + 1)))
+    first_batches = next(upcoming, [])
+    upcoming = itertools.chain([first_batches], upcoming)
+    total_steps = max(1, epochs * len(first_batches))  # the schedule's length (1: a resumed run that had ended)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, args, total_steps))
+    if last:
+        restore(last, model, optimizer, scheduler, device)
+        print(f"resumed from {last_path} after epoch {state['epoch']}", file=sys.stderr)
+
+    def checkpoint(**more):
+        return {"config": asdict(model.config), "model": model.state_dict(), "args": vars(args), **extra, **more}
+
+    for name, parameter in model.named_parameters():  # BART's first stage trains the encoder alone
+        parameter.requires_grad_(trainable is None or name in trainable)
+    if denoiser is not None and not state["history"]:  # composed: Pi(f(x)) of the f it starts from, as epoch 0,
+        started = time.time()                           # kept if no composed epoch does better
+        with autocast(args.precision, device):
+            val_loss = composed_validation_loss(model, denoiser, val_batches, error_free, args.gamma)
+            share = val_share(model) if val_share else None
+        state["best_loss"], state["best_share"] = val_loss, share
+        save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=0))
+        state["history"].append({"epoch": 0, "train_loss": float("nan"), "val_loss": val_loss,
+                                 **({"val_share": share} if val_share else {}), "seconds": time.time() - started})
+        print(f"epoch 0 (f as it starts): val loss {val_loss:.4f}{shown(share, args)}", file=sys.stderr, flush=True)
+    while state["epoch"] < epochs and state["epoch"] - state["best_epoch"] < args.patience:
+        epoch, started = state["epoch"] + 1, time.time()
+        smoothing = label_smoothing_at(epoch, args.label_smoothing)
+        train_loss = train_one_epoch(model, next(upcoming), optimizer, scheduler, args, device,
+                                     f"epoch {epoch}/{epochs}", smoothing, denoiser, error_free)
+        with autocast(args.precision, device):
+            val_loss = validation_loss(model, val_batches) if denoiser is None else \
+                composed_validation_loss(model, denoiser, val_batches, error_free, args.gamma)  # of Pi(f(x))
+            share = val_share(model) if val_share else None
+        state["epoch"] = epoch
+        improved = kept_before((share, val_loss), (state.get("best_share"), state["best_loss"]))
+        if improved:
+            state["best_loss"], state["best_share"], state["best_epoch"] = val_loss, share, epoch
+            save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=epoch))
+        notes = on_epoch(model, epoch) if on_epoch else ""
+        seconds = time.time() - started  # the epoch with its validation and reports
+        state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss,
+                                 **({"val_share": share} if val_share else {}), "seconds": seconds,
+                                 **({"notes": notes} if notes else {})})
+        print(f"epoch {epoch}: train loss {train_loss:.4f}, val loss {val_loss:.4f}{shown(share, args)}"
+              f"{' (best)' if improved else ''}{notes}; {seconds:.1f} s", file=sys.stderr, flush=True)
+        save_checkpoint(last_path, checkpoint(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
+                                              state=state, rng=random_states(device)))
+    model.requires_grad_(True)
+    return state
 
 
-def config_from_args(args, vocab_size: int) -> TransformerConfig:
-    """The Transformer a run builds: ARCHITECTURE's sizes and its script's PRESETS' dropouts (or the flags'); a
-    fine-tuned f takes Pi's weights into it, with its own dropouts."""
-    return TransformerConfig(vocab_size=vocab_size, d_model=args.d_model, n_heads=args.n_heads,
-                             encoder_layers=args.layers, decoder_layers=args.layers, d_ff=args.d_ff,
-                             dropout=args.dropout, attention_dropout=args.attention_dropout,
-                             activation_dropout=args.activation_dropout)
+# Each epoch's batches (fit's docstring, "Batches"): cut from the epoch's pairs (batches) and made one epoch ahead in a
+# worker process (epoch_loader, start_epoch_worker), handed over packed (pack_epoch, unpack_epoch).
 
+def batches(pairs: list, batch_size: int, rng: random.Random | None = None, length_multiple: int = 1) -> list[tuple]:
+    """(src, tgt_in, tgt_out) padded LongTensors from (source ids, target ids) pairs. The decoder
+    reads BOS + target and predicts target + EOS. Pairs of similar length share a batch, as in
+    fairseq: unsorted batches are half padding, which the CPU pays for in full. With an rng, ties
+    are broken at random and the batches come in random order. length_multiple: lengths padded up to a
+    multiple of it (a GPU's: fewer shapes, each aligned for its matrix units). A pair whose target is None (an input
+    with no gold output: finetune.py --unlabeled-inputs) goes in a batch of such inputs alone, whose targets are a
+    single PAD each (composed_loss reads that as no gold)."""
+    order = list(range(len(pairs)))
+    if rng is not None:
+        rng.shuffle(order)
+    # Inputs alone first, then by length (the sort is stable: shuffled ties stay shuffled); no batch holds both kinds.
+    order.sort(key=lambda i: (pairs[i][1] is not None, len(pairs[i][1] or ()), len(pairs[i][0])))
+    inputs_alone = sum(target is None for _, target in pairs)
+    spans = [(start, min(start + batch_size, end)) for begin, end in ((0, inputs_alone), (inputs_alone, len(order)))
+             for start in range(begin, end, batch_size)]
+    if rng is not None:
+        rng.shuffle(spans)
+    prepared = []
+    for start, end in spans:
+        chosen = [pairs[i] for i in order[start:end]]
+        src = pad([s + [EOS_ID] for s, _ in chosen], length_multiple)
+        if chosen[0][1] is None:  # inputs alone: a target of one PAD each
+            tgt = torch.full((len(chosen), 2), PAD_ID, dtype=torch.long)
+        else:
+            tgt = pad([[BOS_ID] + t + [EOS_ID] for _, t in chosen], length_multiple, extra=1)
+        prepared.append((src, tgt[:, :-1], tgt[:, 1:]))
+    return prepared
+
+
+def device_batches(pairs: list, batch_size: int, device) -> list[tuple]:
+    """A fixed set of batches (validation's) on the device, copied once."""
+    on_device = batches(pairs, batch_size, length_multiple=length_multiple(device))
+    return [tuple(t.to(device) for t in batch) for batch in on_device]
+
+
+def length_multiple(device) -> int:
+    """On a GPU, every batch's lengths are padded up to a multiple of 8: a few shapes, not one per batch, so that no
+    step pays for a shape seen for the first time, and bf16 matrix products aligned for the tensor cores. On the CPU
+    padding is work: none."""
+    return 8 if device.type == "cuda" else 1
+
+
+def validation_batch_size(pairs: list, batch_size: int, device) -> int:
+    """On a GPU, validation (and the denoiser's repair report) takes as many programs a batch as 2^16 tokens of the
+    longest hold: SansType's 500 val programs in one batch, one decoding instead of three. On the CPU, the run's own."""
+    longest = max(len(s) + len(t) for s, t in pairs) + 2
+    return max(batch_size, 2 ** 16 // longest) if device.type == "cuda" else batch_size
+
+
+def pad(sequences: list[list[int]], length_multiple: int = 1, extra: int = 0) -> torch.Tensor:
+    """(B, T) PAD-padded ids; T - extra rounded up to a multiple of length_multiple."""
+    longest = max(map(len, sequences)) - extra
+    out = torch.full((len(sequences), -(-longest // length_multiple) * length_multiple + extra), PAD_ID,
+                     dtype=torch.long)
+    for row, ids in enumerate(sequences):
+        out[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return out
+
+
+def epoch_loader(make_epoch: Callable, epochs: range):
+    """Each epoch's batches (make_epoch(epoch)) as pack_epoch packs them, made in a worker process one epoch ahead of
+    the training: the denoiser's fresh corruptions are seconds of Python, and in a thread they would hold the
+    interpreter's lock that the training loop needs between its kernel launches (a 19 ms GPU step took 256 ms; a
+    15 ms CPU step 343 ms). The worker is forked (make_epoch may be a closure) and runs at the lowest priority (on 2
+    cores it takes only what the training leaves idle)."""
+    run = os.getpid()
+    return torch.utils.data.DataLoader(
+        epochs, batch_size=None, collate_fn=lambda epoch: pack_epoch(make_epoch(epoch)), num_workers=1,
+        prefetch_factor=1, multiprocessing_context="fork", worker_init_fn=lambda _: start_epoch_worker(run),
+        generator=torch.Generator())  # (its own: seeding the worker must not draw from the training's generator)
+
+
+def start_epoch_worker(run: int):
+    """The epoch worker dies with its run, even one killed by SIGKILL (which no Python code sees): the kernel sends it
+    SIGKILL when its parent dies (Linux's parent-death signal), where it would otherwise live on, blocked on a full
+    pipe. It runs at the lowest priority."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != run:  # the run died before the signal was set
+            os._exit(0)
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+def pack_epoch(epoch_batches: list[tuple]) -> tuple:
+    """An epoch's batches as (every id in one flat array, each batch's (rows, source length, target length)): NumPy
+    arrays, which cross to the training process as bytes (tensors would go as shared memory, whose hand-over a Ctrl-C
+    can break mid-way)."""
+    flat = torch.cat([t.flatten() for src, tgt_in, tgt_out in epoch_batches
+                      for t in (src, torch.cat([tgt_in[:, :1], tgt_out], dim=1))])
+    shapes = [(len(src), src.shape[1], tgt_in.shape[1] + 1) for src, tgt_in, _ in epoch_batches]
+    return flat.numpy(), np.array(shapes, dtype=np.int64).reshape(-1, 3)
+
+
+def unpack_epoch(packed: tuple, pin: bool = False) -> list[tuple]:
+    """The batches of pack_epoch, as (src, tgt_in, tgt_out) views of one flat tensor; pin: in page-locked memory
+    (pinned once an epoch), from which copies to a GPU do not make the host wait (non_blocking)."""
+    flat, shapes = torch.from_numpy(packed[0]), packed[1]
+    flat = flat.pin_memory() if pin else flat
+    epoch_batches, start = [], 0
+    for rows, source, target in shapes.tolist():
+        src = flat[start:start + rows * source].view(rows, source)
+        tgt = flat[start + rows * source:start + rows * (source + target)].view(rows, target)
+        epoch_batches.append((src, tgt[:, :-1], tgt[:, 1:]))
+        start += rows * (source + target)
+    return epoch_batches
+
+
+def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, what: str, label_smoothing: float,
+                    denoiser=None, error_free=None) -> float:
+    """One pass over the epoch's batches; the mean training loss per gold target token (batches of inputs alone,
+    which have none, weigh nothing in it). A step's loss is -log p(y|x) or, with a frozen denoiser Pi,
+    composed_loss's (section 6), whose gradient estimates minus Eq. 1's. Nothing in the loop waits for the GPU (but
+    Pi's error detector g, which reads each step's samples as text on the host, and a batch of inputs alone, which
+    composed_loss tells by a host sync): the loss is summed on the device and read only for a progress line and at the
+    end. what: the progress line's label ("epoch 3/80")."""
+    model.train()
+    meter = Progress(len(epoch_batches), what, every_seconds=30)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    tokens = torch.zeros((), dtype=torch.long, device=device)
+    for batch in epoch_batches:
+        src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in batch)
+        with autocast(args.precision, device):
+            if denoiser is None:  # -log p_theta(y|x) per target token
+                loss = sequence_loss(model(src, tgt_in), tgt_out, label_smoothing)
+            else:  # composed fine-tuning: Eq. 1's surrogate (its gradient), Pi frozen
+                loss = composed_loss(model, denoiser, src, tgt_in, tgt_out, args, label_smoothing, error_free)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if args.clip_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
+        optimizer.step()
+        scheduler.step()
+        n = (tgt_out != PAD_ID).sum()
+        total += loss.detach().double() * n
+        tokens += n
+        meter.step(extra=lambda: f"loss {(total / tokens).item():.3f}, {tokens.item() / meter.elapsed():.0f} tok/s")
+    return (total / tokens).item()  # a CPU-GPU sync point, once per epoch
+
+
+def pick_device(name: str | None = None) -> torch.device:
+    """--device, or the default: cuda when there is one, else cpu."""
+    available = ["cpu"] + ["cuda"] * torch.cuda.is_available()
+    try:
+        device = torch.device(name or available[-1])
+    except RuntimeError:  # not a device torch knows
+        device = None
+    if device is None or device.type not in available or (device.index or 0) >= max(1, torch.cuda.device_count()):
+        raise UsageError(f"--device {name}: this machine has {' and '.join(available)}")
+    if device.type == "cuda":  # fp32 matrix products in TF32 on the GPU's tensor cores: as the bf16 runs, 8x faster
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        # Attention with a padding mask went to cuDNN, which builds an execution plan for every new (batch, length):
+        # 392 ms for a step on a shape seen for the first time, 19 ms again (an H100, torch 2.11). The
+        # memory-efficient kernel, next in line, needs no plan.
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    return device
+
+
+def cpu_has_native_bf16() -> bool:
+    """bf16 autocast pays on a CPU only with bf16 matrix units: 1.5x faster at the paper's size on AVX512-BF16,
+    10-17x slower on AVX2 (EXPERIMENTS.md, "the Transformer and bf16")."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:  # not Linux: assume none
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
+def autocast(precision: str, device: torch.device):
+    """--precision bf16: matrix products in bfloat16; weights, optimizer state and losses stay fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def label_smoothing_at(epoch: int, schedule: str) -> float:
+    """--label-smoothing "0.2:100,0.1:25,0.05": 0.2 for 100 epochs, then 0.1 for 25, then 0.05 to the end
+    (Appendix E: lowering the smoothing near the end improved every SPoC model); "0.1": 0.1 throughout."""
+    start = 0
+    for stage in str(schedule).split(","):
+        value, _, epochs = stage.partition(":")
+        start += int(epochs) if epochs else 10 ** 9
+        if epoch <= start:
+            return float(value)
+    return float(value)
+
+
+def learning_rate_factor(step: int, args, total_steps: int) -> float:
+    """The multiplier of the peak rate at `step`: a linear warm-up from --warmup-start-lr, then
+      constant      the peak to the end;
+      inverse-sqrt  peak * sqrt(warm-up steps / step), fairseq's schedule, which the paper's models used;
+      linear        a decay that reaches 0 at the last step (the cpu preset).
+    The linear schedule's warm-up takes at most a tenth of the run, so that a short run reaches its peak."""
+    warmup_steps = args.warmup_steps
+    if args.lr_schedule == "linear":
+        warmup_steps = min(warmup_steps, total_steps // 10)
+    warmup_steps = max(1, warmup_steps)
+    start = args.warmup_start_lr / args.lr
+    warmup = min(1.0, start + (1.0 - start) * (step + 1) / warmup_steps)
+    if args.lr_schedule == "linear":
+        return warmup * max(0.0, 1.0 - step / total_steps)
+    if args.lr_schedule == "inverse-sqrt":
+        return warmup * min(1.0, math.sqrt(warmup_steps / (step + 1)))
+    return warmup
+
+
+# ============================================================================
+# 8. Command line: flags with the preset's (or a resumed run's) values, one-line errors, progress lines
+# ============================================================================
 
 # What a number must be, for check_ranges: a test and the words of its one-line refusal.
 RANGES = {"at_least_1": (lambda v: v >= 1, "at least 1"), "not_negative": (lambda v: v >= 0, "at least 0"),

@@ -31,8 +31,9 @@ import spoc
 METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
 
 # The values a predictor trains with: a row per setting, a value per preset (common.COLUMNS), then what a dataset and a
-# method change (run_defaults, below, merges them). Eq. 1's settings are common.EQ1; the model's size is
-# common.ARCHITECTURE's, Pi's too; AdamW's betas, weight decay, clipping, precision and seed are common.EVERY_PRESET's.
+# method change (run_defaults, below, merges them). The model's size is common.ARCHITECTURE's, Pi's too; AdamW's betas,
+# weight decay, clipping, precision and seed are common.EVERY_PRESET's; Eq. 1's settings are common.EQ1 (the three
+# together, at the top of common.py's section 6, just above Eq. 1's loss).
 # A flag given on the command line wins; a run's settings line lists every value. paper: the authors' fairseq commands,
 # ~16000 tokens (about 176 programs) an update, inverse-sqrt after a warm-up, each run stopped 50 epochs after its best
 # (the authors train to the last epoch; on a GPU the baselines' validation loss was lowest at epochs 107-126 of 500 and

@@ -31,14 +31,15 @@ import spoc
 
 # The values a denoiser trains with: a row per setting, a value per preset (common.COLUMNS); the noise's own are its
 # flags' defaults (CORRUPTIONS). The model's size is common.ARCHITECTURE's, which the predictors share; AdamW's betas,
-# weight decay, clipping, precision and seed are common.EVERY_PRESET's. A flag given on the command line wins; a run's
-# settings line lists every value. paper: the authors' fairseq command (Appendix C), ~16000 tokens (about 176 programs)
-# an update, inverse-sqrt. cpu, 75 minutes on 2 cores: ~16000 updates of 32 programs (the paper: ~6000 of 176), no
-# attention or activation dropout (their random masks cost a quarter of a step). With the paper's dropout 0.4, standard
-# fine-tuning learns more from Pi than with 0.1; Pi's validation loss then jumps between epochs, so it trains all of
-# them and keeps the best (EXPERIMENTS.md, "the regime on two CPU cores"). SPoC's paper (Appendix E): FLoRes's recipe;
-# the authors' 9 epochs hold every program 4 times (clean once, one corrupted line 3 times), 36 of ours, which corrupt 3
-# programs in 4 afresh every epoch. SPoC's cpu: sized for the full release's 11355 programs.
+# weight decay, clipping, precision and seed are common.EVERY_PRESET's (both at the top of common.py's section 6). A
+# flag given on the command line wins; a run's settings line lists every value. paper: the authors' fairseq command
+# (Appendix C), ~16000 tokens (about 176 programs) an update, inverse-sqrt. cpu, 75 minutes on 2 cores: ~16000 updates
+# of 32 programs (the paper: ~6000 of 176), no attention or activation dropout (their random masks cost a quarter of a
+# step). With the paper's dropout 0.4, standard fine-tuning learns more from Pi than with 0.1; Pi's validation loss then
+# jumps between epochs, so it trains all of them and keeps the best (EXPERIMENTS.md, "the regime on two CPU cores").
+# SPoC's paper (Appendix E): FLoRes's recipe; the authors' 9 epochs hold every program 4 times (clean once, one
+# corrupted line 3 times), 36 of ours, which corrupt 3 programs in 4 afresh every epoch. SPoC's cpu: sized for the full
+# release's 11355 programs.
 # pi_data: ours, the unlabeled and the labeled code corrupted afresh every epoch; authors, the unlabeled programs
 # alone, each corrupted once with the run's seed and the same pairs every epoch, as the authors made Pi's data (a
 # suspect for standard's gap to the paper, measured in EXPERIMENTS.md, "Pi's data": off until it is shown to help).
@@ -218,19 +219,19 @@ def train(args):
     extra["val_noise"] = hashlib.sha256("\n".join(val_noisy).encode()).hexdigest()[:8]
 
     def report_repairs(model, epoch):
-        """The repair report that ends an epoch's line, every --repair-every epochs (PRESETS' repair_every: 10 at the
-        paper preset, 1 at cpu), of the first --repair-programs (100) outputs of val.tgt, corrupted once for the run
-        (val_noisy; "noise" is the fingerprint of all of val_noisy). Each number counts those outputs:
+        """The repair report that ends an epoch's line, every --repair-every epochs, of the first --repair-programs
+        outputs of val.tgt, corrupted once for the run (val_noisy; "noise" is the fingerprint of all of val_noisy).
+        Each number counts those outputs:
           N changed by the noise      the corrupted output differs from the original (a noise leaves some as they are);
           M of them repaired exactly  of those N, Pi's greedy repair is the original (with g: what g passes is left
                                       as it is, the rest repaired);
           X% of all exact             of all of them after repair, the unchanged ones included (a Pi that copies
                                       scores their share);
-          Y% compile / valid          the repair compiles (SansType: judge.run_programs' status on an empty input is
-                                      not compile_error; a crash or a time-out counts as compiling), RDKit reads it
-                                      (molecules), the task's validity command passes it (a task; none without one);
-                                      SPoC, instead: Z% correct, every hidden test of its problem passed.
-        The run's last line quotes the kept epoch's report, if it made one (train's last lines)."""
+          Y% compile / valid          of all of them after repair, those that compile (run on an empty input, a crash
+                                      or a time-out counts as compiling), that RDKit parses (molecules) or that the
+                                      task's validity command passes (a task; no number without a command); SPoC
+                                      instead: Z% correct, every hidden test of its problem passed.
+        The run's last line quotes the kept epoch's report, if it made one (train's last lines, below)."""
         if not args.repair_every or epoch % args.repair_every:
             return ""
         noisy, clean = val_noisy[:args.repair_programs], val[:args.repair_programs]
