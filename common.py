@@ -732,8 +732,8 @@ def corrupt_pieces(text: str, rng, tokenizer, rates: tuple[float, float, float, 
 
 
 def edit_pieces(pieces: list[str], rng, rates: tuple[float, float, float, float]) -> list[str]:
-    """rates = (delete, insert, substitute, swap): each piece is deleted, or replaced by another piece of the same
-    output, with its probability; after each, a copy of one of the output's pieces is inserted with its; then each
+    """rates = (delete, insert, substitute, swap): each piece is deleted, or replaced by a piece drawn from the same
+    output (it may be itself), with its probability; after each, a copy of one of the output's pieces is inserted with its; then each
     pair of neighbours is swapped with its."""
     delete, insert, substitute, swap = rates
     noisy = []
@@ -1078,9 +1078,9 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: 
     composed_weight scales the first (REINFORCE's 0.1, Appendix D). settings: the run's args, whose values of these
     names (samples, estimator, reinforce_baseline, clamp, gamma, composed_weight, lam, tau) are EQ1's (just above)
     unless a flag said otherwise. error_free: Pi's g (Appendix E), a bool per y'. max_len, for tests: the samples' limit
-    (default: the batch's padded gold width + 16, at most twice the source + 10 (max_output_length), which alone limits
-    inputs with no gold; a GPU pads widths to a multiple of 8; cutting there is part of the sampling distribution, for
-    which the estimator is exact).
+    (default: the batch's padded gold width + 16, at most twice the source + 10 and the model's max_positions
+    (max_output_length), which alone limits inputs with no gold; a GPU pads widths to a multiple of 8; cutting there is
+    part of the sampling distribution, for which the estimator is exact).
     y' is drawn with dropout off, as f predicts at test time; log p_theta(y'|x) is scored with f in training mode,
     dropout on as for the direct term: REINFORCE's gradient is then that of a dropout-perturbed f's log-probability
     of y', an approximation that is exact without dropout (the cpu preset's f has dropout 0.1 on its embeddings and
@@ -1634,7 +1634,7 @@ def add_training_args(parser):
                              "auto: bf16 on a CUDA GPU that has it or a CPU with native bf16 (AVX512-BF16 or AMX), "
                              "else fp32")
     parser.add_argument("--seed", type=int, default=EVERY_PRESET["seed"],
-                        help="initialisation, batch order, dropout, sampling")
+                        help="initialisation, batch order, dropout, sampling, Pi's noise")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     either = parser.add_mutually_exclusive_group()
     either.add_argument("--resume", action="store_true", help="continue from OUT/last.pt after an interrupt")

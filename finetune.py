@@ -34,7 +34,7 @@ METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
 # method change (run_defaults, below, merges them). The model's size is common.ARCHITECTURE's, Pi's too; AdamW's betas,
 # weight decay, clipping, precision and seed are common.EVERY_PRESET's; Eq. 1's settings are common.EQ1 (the three
 # together, at the top of common.py's section 6, just above Eq. 1's loss).
-# A flag given on the command line wins; a run's settings line lists every value. paper: the authors' fairseq commands,
+# A flag given on the command line wins; a run's settings line lists every flag's value. paper: the authors' fairseq commands,
 # ~16000 tokens (about 176 programs) an update, inverse-sqrt after a warm-up, each run stopped 50 epochs after its best
 # (the authors train to the last epoch; on a GPU the baselines' validation loss was lowest at epochs 107-126 of 500 and
 # doubled by the end, a better epoch never came more than 18 after the one before, in baseline or standard:
@@ -230,6 +230,8 @@ def finetune(args):
     elif args.method == "composed":
         model, init = common.load_model(args.init, spm, args.data, "predictor", config)
         denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser")
+        if args.resume:
+            check_same_denoiser(args, denoiser_checkpoint)
         composed_training = freeze(denoiser, denoiser_checkpoint, tokenizer, args)
         extra.update(init_method=init.get("method"), denoiser={key: denoiser_checkpoint.get(key) for key in (
             "config", "model", "error_detector", "valid_data", "args", "corruption", "own_noise", "paper_table")})
@@ -276,6 +278,17 @@ def freeze(denoiser, denoiser_checkpoint, tokenizer, args) -> dict:
     error_free = (lambda decoded: torch.tensor(g(tokenizer.decode(common.as_lists(decoded))), device=device)) \
         if g else None
     return dict(denoiser=denoiser, error_free=error_free)
+
+
+def check_same_denoiser(args, denoiser_checkpoint):
+    """--resume of composed goes on against the Pi the run trained against, whose copy its checkpoints hold: refuse
+    another written at --denoiser's path since (the settings a resume checks name Pi's path, not its weights)."""
+    ran = common.checkpoint_ran_with(args.out)
+    held = common.load_checkpoint(ran, needs=("denoiser",))["denoiser"]["model"] if ran else None
+    given = denoiser_checkpoint["model"]
+    if held is not None and (held.keys() != given.keys() or not all(torch.equal(held[k], given[k]) for k in given)):
+        raise common.UsageError(f"--resume: {args.denoiser} is not the Pi this run trained against (its checkpoints "
+                                "hold a copy): resume with that Pi, or --overwrite to start over")
 
 
 def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict:

@@ -32,7 +32,7 @@ import spoc
 # The values a denoiser trains with: a row per setting, a value per preset (common.COLUMNS); the noise's own are its
 # flags' defaults (CORRUPTIONS). The model's size is common.ARCHITECTURE's, which the predictors share; AdamW's betas,
 # weight decay, clipping, precision and seed are common.EVERY_PRESET's (both at the top of common.py's section 6). A
-# flag given on the command line wins; a run's settings line lists every value. paper: the authors' fairseq command
+# flag given on the command line wins; a run's settings line lists every flag's value. paper: the authors' fairseq command
 # (Appendix C), ~16000 tokens (about 176 programs) an update, inverse-sqrt. cpu, 75 minutes on 2 cores: ~16000 updates
 # of 32 programs (the paper: ~6000 of 176), no attention or activation dropout (their random masks cost a quarter of a
 # step). With the paper's dropout 0.4, standard fine-tuning learns more from Pi than with 0.1; Pi's validation loss then
@@ -227,10 +227,11 @@ def train(args):
                                       as it is, the rest repaired);
           X% of all exact             of all of them after repair, the unchanged ones included (a Pi that copies
                                       scores their share);
-          Y% compile / valid          of all of them after repair, those that compile (run on an empty input, a crash
-                                      or a time-out counts as compiling), that RDKit parses (molecules) or that the
-                                      task's validity command passes (a task; no number without a command); SPoC
-                                      instead: Z% correct, every hidden test of its problem passed.
+          Y% compile / valid          of all of them after repair, those that compile (run on an empty input: a crash
+                                      or a run's time-out counts as compiling, a compile's time-out does not), that
+                                      RDKit parses (molecules) or that the task's validity command passes (a task; no
+                                      number without a command); SPoC instead: Z% correct, every hidden test of its
+                                      problem passed.
         The run's last line quotes the kept epoch's report, if it made one (train's last lines, below)."""
         if not args.repair_every or epoch % args.repair_every:
             return ""

@@ -1,5 +1,5 @@
 """Every command the README and EXPERIMENTS.md show uses flags its script has (a renamed flag would leave a
-reader's copied command failing)."""
+reader's copied command failing), and every link to one of their sections finds its heading."""
 import contextlib
 import io
 import os
@@ -79,3 +79,27 @@ def test_the_readme_shows_the_table_2_block_the_gpu_bench_runs():
     """tests/bench_gpu.py times the README's Table 2 block for a GPU: the README must show exactly what it runs."""
     import bench_gpu
     assert bench_gpu.TABLE2_BLOCK in open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+
+
+def heading_anchors(path: str) -> set[str]:
+    """The anchors GitHub gives a markdown file's headings: lower case, punctuation dropped, spaces to hyphens, a
+    repeated one numbered."""
+    anchors, text = set(), open(path, encoding="utf-8").read()
+    for heading in re.findall(r"^#{1,6} (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), flags=re.M):
+        anchor = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        numbered, n = anchor, 0
+        while numbered in anchors:
+            n += 1
+            numbered = f"{anchor}-{n}"
+        anchors.add(numbered)
+    return anchors
+
+
+def test_every_link_to_a_section_finds_its_heading():
+    broken = []
+    for name in ("README.md", "EXPERIMENTS.md"):
+        text = open(os.path.join(ROOT, name), encoding="utf-8").read()
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md)?#([^)\s]+)\)", text):
+            if anchor not in heading_anchors(os.path.join(ROOT, target or name)):
+                broken.append(f"{name}: {target}#{anchor}")
+    assert not broken, broken

@@ -614,6 +614,22 @@ def test_a_run_killed_before_its_first_last_checkpoint_resumes_with_its_settings
         common.claim_output(finetune.parse_args([*flags, "--lr", "2e-3"]))
 
 
+def test_composed_resumes_only_against_the_pi_it_trained_against(data, denoiser, tmp_path):
+    """Its settings name Pi's path: a Pi retrained at that path since is refused, not trained against unnoticed."""
+    pi, f = tmp_path / "pi.pt", tmp_path / "f.pt"
+    shutil.copy(denoiser[0], pi)
+    torch.save({**torch.load(pi, weights_only=False), "role": "predictor"}, f)  # an f to start from: Pi's weights
+    flags = ["--method", "composed", "--preset", "smoke", "--data", str(data), "--denoiser", str(pi), "--init", str(f),
+             "--out", str(tmp_path / "run")]
+    ran = script("finetune.py", *flags, "--epochs", "1")
+    assert ran.returncode == 0, ran.stderr
+    retrained = torch.load(pi, weights_only=False)
+    retrained["model"]["embed.weight"] += 0.01
+    torch.save(retrained, pi)
+    with pytest.raises(common.UsageError, match="is not the Pi this run trained against"):
+        finetune.finetune(finetune.parse_args([*flags, "--epochs", "2", "--resume"]))
+
+
 def denoiser_pairs(data, *flags):
     """pairs(epoch): the denoiser's training pairs of an epoch (smoke preset), and its batch size."""
     args = train_denoiser.parse_args(["--preset", "smoke", "--data", str(data), "--device", "cpu", *flags])
