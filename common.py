@@ -733,8 +733,8 @@ def corrupt_pieces(text: str, rng, tokenizer, rates: tuple[float, float, float, 
 
 def edit_pieces(pieces: list[str], rng, rates: tuple[float, float, float, float]) -> list[str]:
     """rates = (delete, insert, substitute, swap): each piece is deleted, or replaced by a piece drawn from the same
-    output (it may be itself), with its probability; after each, a copy of one of the output's pieces is inserted with its; then each
-    pair of neighbours is swapped with its."""
+    output (it may be itself), with its probability; after each, a copy of one of the output's pieces is inserted with
+    its; then each pair of neighbours is swapped with its."""
     delete, insert, substitute, swap = rates
     noisy = []
     for piece in pieces:
@@ -1098,7 +1098,7 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: 
         target_in, target_out = shift_right(noisy), noisy
     else:        # Pi's target: the gold y
         target_in, target_out = tgt_in.repeat_interleave(samples, 0), tgt_out.repeat_interleave(samples, 0)
-    memory, memory_mask = f.encode(src)  # one encoder pass (with gradient) for both terms
+    memory, memory_mask = f.encode(src)  # one pass with gradient for both terms (sampling ran its own, without)
     # f teacher-forced on its samples, once: log p_theta(y'|x), and f's distribution at every position of y'
     f_logits = f.decode(shift_right(noisy), memory.repeat_interleave(samples, 0),
                         memory_mask.repeat_interleave(samples, 0)).float()

@@ -33,16 +33,15 @@ METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
 # The values a predictor trains with: a row per setting, a value per preset (common.COLUMNS), then what a dataset and a
 # method change (run_defaults, below, merges them). The model's size is common.ARCHITECTURE's, Pi's too; AdamW's betas,
 # weight decay, clipping, precision and seed are common.EVERY_PRESET's; Eq. 1's settings are common.EQ1 (the three
-# together, at the top of common.py's section 6, just above Eq. 1's loss).
-# A flag given on the command line wins; a run's settings line lists every flag's value. paper: the authors' fairseq commands,
-# ~16000 tokens (about 176 programs) an update, inverse-sqrt after a warm-up, each run stopped 50 epochs after its best
-# (the authors train to the last epoch; on a GPU the baselines' validation loss was lowest at epochs 107-126 of 500 and
-# doubled by the end, a better epoch never came more than 18 after the one before, in baseline or standard:
-# EXPERIMENTS.md, "Table 2 at the paper preset"); cpu, minutes on 2 cores: no attention or activation dropout (their
-# random masks cost a quarter of a step; more dropout underfits at this size), a linear decay over more epochs than a
-# run needs, so that each stops at its best (patience; EXPERIMENTS.md, "the regime on two CPU cores"); smoke: the tests.
-# SPoC's paper (Appendix E): FLoRes's recipe, label smoothing lowered near the end (it helped); its cpu: for the full
-# release.
+# together, at the top of common.py's section 6, just above Eq. 1's loss). A flag given on the command line wins; a
+# run's settings line lists every value a flag has. paper: the authors' fairseq commands, ~16000 tokens (about 176
+# programs) an update, inverse-sqrt after a warm-up, each run stopped 50 epochs after its best (the authors train to the
+# last epoch; on a GPU the baselines' validation loss was lowest at epochs 107-126 of 500 and doubled by the end, a
+# better epoch never came more than 18 after the one before, in baseline or standard: EXPERIMENTS.md, "Table 2 at the
+# paper preset"); cpu, minutes on 2 cores: no attention or activation dropout (their random masks cost a quarter of a
+# step; more dropout underfits at this size), a linear decay over more epochs than a run needs, so that each stops at
+# its best (patience; EXPERIMENTS.md, "the regime on two CPU cores"); smoke: the tests. SPoC's paper (Appendix E):
+# FLoRes's recipe, label smoothing lowered near the end (it helped); its cpu: for the full release.
 #                       SansType: paper  cpu       smoke          SPoC: paper             cpu
 PRESETS = dict(
     dropout=           (0.1,             0.1,      0.1,           0.4,                    0.1),

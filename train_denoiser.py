@@ -32,14 +32,14 @@ import spoc
 # The values a denoiser trains with: a row per setting, a value per preset (common.COLUMNS); the noise's own are its
 # flags' defaults (CORRUPTIONS). The model's size is common.ARCHITECTURE's, which the predictors share; AdamW's betas,
 # weight decay, clipping, precision and seed are common.EVERY_PRESET's (both at the top of common.py's section 6). A
-# flag given on the command line wins; a run's settings line lists every flag's value. paper: the authors' fairseq command
-# (Appendix C), ~16000 tokens (about 176 programs) an update, inverse-sqrt. cpu, 75 minutes on 2 cores: ~16000 updates
-# of 32 programs (the paper: ~6000 of 176), no attention or activation dropout (their random masks cost a quarter of a
-# step). With the paper's dropout 0.4, standard fine-tuning learns more from Pi than with 0.1; Pi's validation loss then
-# jumps between epochs, so it trains all of them and keeps the best (EXPERIMENTS.md, "the regime on two CPU cores").
-# SPoC's paper (Appendix E): FLoRes's recipe; the authors' 9 epochs hold every program 4 times (clean once, one
-# corrupted line 3 times), 36 of ours, which corrupt 3 programs in 4 afresh every epoch. SPoC's cpu: sized for the full
-# release's 11355 programs.
+# flag given on the command line wins; a run's settings line lists every value a flag has. paper: the authors' fairseq
+# command (Appendix C), ~16000 tokens (about 176 programs) an update, inverse-sqrt. cpu, 75 minutes on 2 cores: ~16000
+# updates of 32 programs (the paper: ~6000 of 176), no attention or activation dropout (their random masks cost a
+# quarter of a step). With the paper's dropout 0.4, standard fine-tuning learns more from Pi than with 0.1; Pi's
+# validation loss then jumps between epochs, so it trains all of them and keeps the best (EXPERIMENTS.md, "the regime on
+# two CPU cores"). SPoC's paper (Appendix E): FLoRes's recipe; the authors' 9 epochs hold every program 4 times (clean
+# once, one corrupted line 3 times), 36 of ours, which corrupt 3 programs in 4 afresh every epoch. SPoC's cpu: sized for
+# the full release's 11355 programs.
 # pi_data: ours, the unlabeled and the labeled code corrupted afresh every epoch; authors, the unlabeled programs
 # alone, each corrupted once with the run's seed and the same pairs every epoch, as the authors made Pi's data (a
 # suspect for standard's gap to the paper, measured in EXPERIMENTS.md, "Pi's data": off until it is shown to help).
@@ -109,7 +109,8 @@ CORRUPTIONS = {
                          "molecules': 1-2 edits of an atom, ring digit, branch, bond or fragment", {}),
     "edits": Corruption(lambda text, rng, args, tokenizer: common.corrupt_pieces(
         text, rng, tokenizer, tuple(map(float, args.edit_rates.split(",")))),
-        "a task of your own (make_task.py): at least one piece deleted, inserted, substituted or swapped", {},
+        "a task of your own (make_task.py): at least one piece deleted, inserted, substituted or swapped (a tenth "
+        "left as they are)", {},
         ("--edit-rates", str, "0.03,0.03,0.03,0.03", "the probabilities of deleting, inserting, substituting and "
                                                      "swapping, per piece of the output: about one edit in 8 pieces",
          edit_rates_problem)),
