@@ -1049,8 +1049,8 @@ def config_from_args(args, vocab_size: int) -> TransformerConfig:
 
 
 # What every run trains with, whatever its preset, as the authors ran fairseq: AdamW with these betas and weight decay,
-# no gradient clipping, fp32 (--precision), seed 0. add_training_args makes them the flags' defaults (the betas have
-# no flag).
+# no gradient clipping, fp32 (--precision; on a GPU its matrix products in TF32, pick_device), seed 0. add_training_args
+# makes them the flags' defaults (the betas have no flag).
 EVERY_PRESET = dict(adam_betas=(0.9, 0.98), weight_decay=1e-4, clip_norm=0.0, precision="fp32", seed=0)
 # Eq. 1's settings, in every preset (a flag given wins; composed_loss reads them from the run's args). REINFORCE with
 # one sample and the batch baseline, as good on validation as two samples at the same compute, at 3x a standard
@@ -1580,8 +1580,9 @@ def learning_rate_factor(step: int, args, total_steps: int) -> float:
     """The multiplier of the peak rate at `step`: a linear warm-up from --warmup-start-lr, then
       constant      the peak to the end;
       inverse-sqrt  peak * sqrt(warm-up steps / step), fairseq's schedule, which the paper's models used;
-      linear        a decay that reaches 0 at the last step (the cpu preset).
-    The linear schedule's warm-up takes at most a tenth of the run, so that a short run reaches its peak."""
+      linear        the warm-up times a decay from the first step, 1 - step / steps, which reaches 0 at the last
+                    step (the cpu preset); its top, at the warm-up's last step, is below the peak by about the share
+                    of the run the warm-up took, at most a tenth (so that a short run comes near its peak)."""
     warmup_steps = args.warmup_steps
     if args.lr_schedule == "linear":
         warmup_steps = min(warmup_steps, total_steps // 10)
@@ -1623,7 +1624,8 @@ def add_training_args(parser):
         parser.add_argument(flag, type=kind, help=text)
     parser.add_argument("--lr-schedule", choices=("constant", "inverse-sqrt", "linear"),
                         help="after the warm-up: the peak rate to the end, fairseq's peak * sqrt(warm-up / step) "
-                             "(the paper's), or a linear decay to 0 at the last epoch")
+                             "(the paper's), or (times the warm-up, from the first step) a linear decay to 0 at the "
+                             "last epoch")
     parser.add_argument("--label-smoothing", default="0",
                         help="0: plain cross entropy, as the paper; VALUE:EPOCHS,...,VALUE: by epoch")
     parser.add_argument("--weight-decay", type=float, default=EVERY_PRESET["weight_decay"], help="AdamW's")
@@ -1657,19 +1659,21 @@ def parse_training_args(parser, argv, preset_of, run_folder):
     first.add_argument("--resume", action="store_true")
     known = first.parse_known_args(argv)[0]
     try:
-        dataset = read_dataset(known.data)
+        try:
+            dataset, of = read_dataset(known.data), known.data
+        except UsageError:  # no data yet: --help shows a SansType folder's values (a run is refused below)
+            dataset, of = "sanstype", f"a SansType folder ({known.data} holds no data yet)"
         parser.set_defaults(**column(ARCHITECTURE, dataset, known.preset), **preset_of(dataset, known))
         methods = "--method" in parser._option_string_actions and not known.method  # finetune.py, none chosen yet
-        parser.epilog = f"Defaults: the {known.preset} preset's for {known.data}" + \
+        parser.epilog = f"Defaults: the {known.preset} preset's for {of}" + \
             " before a method's changes (--help with --method shows that method's)" * methods + "; a flag given wins." \
             + TASK_WORDS * (dataset == "task")
         ran = checkpoint_ran_with(run_folder(known))
         if known.resume and ran:
             parser.set_defaults(**settings_ran_with(ran))
             parser.epilog = f"Defaults: the settings {ran} ran with; a flag given wins."
-    except (UsageError, KeyError):  # no readable data, or no such method: the parse below or the checks say so
-        parser.epilog = "Flags shown without a default take the preset's value: --help with --data (and --method) " \
-                        "shows it."
+    except KeyError:  # no such method: the parse below says so
+        parser.epilog = "Flags shown without a default take the preset's value: --help with --method shows it."
     args = parser.parse_args(argv)
     try:
         args.dataset, device = read_dataset(args.data), pick_device(args.device)

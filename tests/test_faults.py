@@ -194,6 +194,20 @@ def test_resume_continues_with_the_runs_own_settings(work, tmp_path, capsys):
     assert common.load_checkpoint(str(run / "last.pt"))["args"]["patience"] == 400
 
 
+def test_help_before_any_data_shows_the_values_a_sanstype_run_would_use(tmp_path, capsys):
+    """A reader may ask --help before making data: it shows a SansType folder's values (here the paper preset's
+    composed learning rate and Eq. 1's gamma) and says so; a run without data is still refused."""
+    flags = ["--method", "composed", "--preset", "paper", "--data", str(tmp_path / "none")]
+    with pytest.raises(SystemExit):
+        finetune.main([*flags, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "peak learning rate of AdamW (default: 0.0002)" in help_text and "floor (default: -50.0)" in help_text
+    assert f"for a SansType folder ({tmp_path / 'none'} holds no data yet)" in help_text
+    with pytest.raises(SystemExit) as exit_:
+        finetune.main(flags)
+    assert exit_.value.code == 2
+
+
 def test_an_empty_tokenizer_is_one_line_even_from_sentencepiece(work):
     """sentencepiece logs from C++ straight to the process's stderr, where capsys does not look: a subprocess."""
     result = subprocess.run([sys.executable, os.path.join(ROOT, "train_denoiser.py"), "--data", str(work / "empty"),
