@@ -631,9 +631,10 @@ class UNet(nn.Module):
 # ============================================================================
 # Noise for pre-training the denoiser: on SansType code, statement by statement (`$`-separated), the code noise as the
 # authors' generator draws it, and random deletions; then any task's piece edits and SMILES edits. Functions of (output,
-# rng) (the piece edits also of the tokenizer), so every epoch can draw fresh, reproducible noise. A new noise: its
-# function here (or in a module of its own, as SPoC's in spoc.py), its entry in train_denoiser.CORRUPTIONS and, for a
-# dataset's own noise, its DATASET_CHANGES entry there.
+# rng) and the noise's own parameter (the piece edits also of the tokenizer; CORRUPTIONS calls each as (output, rng,
+# args, tokenizer)), so every epoch can draw fresh, reproducible noise. A new noise: its function here (or in a module
+# of its own, as SPoC's in spoc.py), its entry in train_denoiser.CORRUPTIONS and, for a dataset's own noise, its
+# DATASET_CHANGES entry there.
 CPP_TYPES = ("int", "string", "bool")
 CLEAN_PROBABILITY = 0.1  # every noise here leaves at least a tenth of the outputs as they are: Pi must also copy
 
@@ -958,11 +959,11 @@ def save_checkpoint(path: str, payload: dict):
 # the epoch's number; --pi-data authors' noise, the same every epoch, and Pi's val noise by the seed alone), made
 # anew; the schedule's step is restored, and its length (the linear decay's) is epochs x batches an epoch.
 
-# What a resumed run may change: how long it goes on, where it runs (out: a run folder moved elsewhere, resumed
-# there), how often it reports. Anything else (its data too) would make it another run than the one it continues.
-# Two of them change the rest of the run: --epochs under a linear schedule moves the rest of the decay (which ends at
-# the last epoch), --device runs it otherwise (a GPU pads batches, multiplies in TF32, samples from its own generator);
-# the others change no epoch's weights.
+# What a resumed run may change: how long it goes on, where it runs (out: a run folder moved elsewhere, resumed there),
+# how often and on how many outputs it reports. Anything else (its data too) would make it another run than the one it
+# continues. Two of them change the rest of the run: --epochs under a linear schedule moves the rest of the decay (which
+# ends at the last epoch), --device runs it otherwise (a GPU pads batches, multiplies in TF32, samples from its own
+# generator); the others change no epoch's weights.
 MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
 
 
@@ -976,7 +977,7 @@ def checkpoint_ran_with(run_folder: str) -> str | None:
 
 
 def settings_ran_with(last_path: str) -> dict:
-    """The settings a run ran with (its flags' values, as last.pt holds them): with --resume, parse_training_args
+    """The settings a run ran with (its flags' values, as its checkpoint holds them): with --resume, parse_training_args
     makes them the flags' defaults, so that a resumed run goes on with them."""
     ran_with = load_checkpoint(last_path, needs=("args",))["args"]
     return {name: value for name, value in ran_with.items() if name not in ("resume", "overwrite")}
@@ -1648,11 +1649,12 @@ TASK_WORDS = " A task folder (make_task.py): read program and code as your outpu
 
 
 def parse_training_args(parser, argv, preset_of, run_folder):
-    """The one place a training run's settings are resolved: every flag's default is the value the run will use,
-    the preset's (its column of ARCHITECTURE, and preset_of(dataset, the flags --data, --preset, --method, --out))
-    or, with --resume, the run's own (run_folder(those flags)/last.pt; settings_ran_with); a flag given on the command
-    line wins and changes only itself (check_resume_settings says which may change). --help shows exactly these values
-    (AdamW's betas, which have no flag, are EVERY_PRESET's). Then bad numbers are refused, one line and exit 2."""
+    """The one place a training run's settings are resolved: every flag's default is the value the run will use, the
+    preset's (its column of ARCHITECTURE, and preset_of(dataset, the flags --data, --preset, --method, --out)) or, with
+    --resume, the run's own (run_folder(those flags)'s last.pt, or model.pt before it has one: checkpoint_ran_with,
+    settings_ran_with); a flag given on the command line wins and changes only itself (check_resume_settings says which
+    may change). --help shows exactly these values (AdamW's betas, which have no flag, are EVERY_PRESET's). Then bad
+    numbers are refused, one line and exit 2."""
     first = argparse.ArgumentParser(add_help=False)
     for name in ("data", "preset", "method", "out"):
         first.add_argument(f"--{name}", default=parser.get_default(name))
