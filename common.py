@@ -57,6 +57,10 @@ class UsageError(Exception):
     print its message on one line and exit with code 2."""
 
 
+class TrainingFailed(Exception):
+    """A run that trained but kept no model (no epoch had a finite validation loss): one line and exit code 1."""
+
+
 # ============================================================================
 # 1. Tokenizer and data files
 # ============================================================================
@@ -639,6 +643,11 @@ CPP_TYPES = ("int", "string", "bool")
 CLEAN_PROBABILITY = 0.1  # every noise here leaves at least a tenth of the outputs as they are: Pi must also copy
 
 
+def is_program(code) -> bool:
+    """Whether the code noises can read an output: a head, statements and a tail, separated by ` $ `."""
+    return len(code.split(" $ ")) >= 3
+
+
 def split_program(code):
     """'int main () { $ s1 $ s2 $ return 0; }' -> ('int main () {', [s1, s2], 'return 0; }')."""
     head, *statements, tail = code.split(" $ ")
@@ -675,7 +684,7 @@ def noisy_statement(statement, types, rng):
         return rng.choice([f"cin {m[1]} ;", statement, f"cin << {m[1]} ;"])
     if statement.startswith("cout "):
         return ""
-    if statement.startswith("if "):
+    if statement.startswith("if ") and " temp = " in statement:
         return noisy_swap(statement, rng)
     v = statement.split(" ")[0]
     if v in types and re.fullmatch(r"\S+ = \S+ ;", statement):  # a plain assignment
@@ -864,16 +873,17 @@ def model_from_checkpoint(checkpoint: dict, config: TransformerConfig | None = N
     return model
 
 
-def load_model(path: str, spm: bytes, data: str, role: str, config: TransformerConfig | None = None):
+def load_model(path: str, spm: bytes, spm_path: str, role: str, config: TransformerConfig | None = None):
     """(model, checkpoint), refusing a checkpoint of another role ("denoiser" or "predictor") or whose tokenizer
-    is not the data's. With a config, the model is built from it and takes only the checkpoint's weights: a
-    fine-tuning stage trains with its own dropouts, not those its starting point was trained with."""
+    is not `spm`, the one in spm_path (the data's spm.model, or a model's checkpoint). With a config, the model is
+    built from it and takes only the checkpoint's weights: a fine-tuning stage trains with its own dropouts, not those
+    its starting point was trained with."""
     checkpoint = load_checkpoint(path)
     if checkpoint.get("role") != role:
         raise UsageError(f"{path} is a {checkpoint.get('method', '')} {checkpoint.get('role', 'unknown')} "
                          f"checkpoint, where a {role} is needed".replace("  ", " "))
     if checkpoint["spm"] != spm:
-        raise UsageError(f"{path} and {data}/spm.model use different tokenizers: retrain one on the same data")
+        raise UsageError(f"{path} and {spm_path} use different tokenizers: retrain one on the same data")
     theirs, ours = checkpoint["config"], asdict(config) if config else checkpoint["config"]
     architecture = ("vocab_size", "d_model", "n_heads", "encoder_layers", "decoder_layers", "d_ff")
     differ = [f"{key} {theirs[key]} (this run: {ours[key]})" for key in architecture if theirs[key] != ours[key]]
@@ -882,11 +892,11 @@ def load_model(path: str, spm: bytes, data: str, role: str, config: TransformerC
     return model_from_checkpoint(checkpoint, config), checkpoint
 
 
-def chosen_denoiser(checkpoint: dict, flag: str | None, spm: bytes, data: str):
+def chosen_denoiser(checkpoint: dict, flag: str | None, spm: bytes, spm_path: str):
     """(denoiser, its checkpoint) to apply to a predictor's outputs, or (None, None): --denoiser's (none: no
     denoiser), else a composed model's own (its checkpoint holds Pi: the model is Pi(f(x))), else none."""
     if flag and flag != "none":
-        return load_model(flag, spm, data, "denoiser")
+        return load_model(flag, spm, spm_path, "denoiser")
     if "denoiser" in checkpoint and flag != "none":
         return model_from_checkpoint(checkpoint["denoiser"]), checkpoint["denoiser"]
     return None, None
@@ -927,15 +937,14 @@ def claim_output(args):
     removes that run's checkpoints, stages and evaluations first: they would describe a model that is gone)."""
     out_dir = args.out
     check_writable(out_dir)
-    stages = ("", "frozen", "reverse", "mixed")  # bart's and backtranslation's first stages have folders of their own
+    stages = ("", *STAGES)
     held = [os.path.join(stage, name) for stage in stages for name in ("model.pt", "last.pt")
             if os.path.exists(os.path.join(out_dir, stage, name))]
     if held and not (args.resume or args.overwrite):
         raise UsageError(f"{out_dir} holds a run ({held[0]}): --resume continues it, --overwrite starts over")
-    for stage in stages if args.resume else []:
-        ran = checkpoint_ran_with(os.path.join(out_dir, stage))
-        if ran:
-            check_resume_settings(args, ran, say_changes=stage == "")
+    ran = checkpoint_ran_with(out_dir) if args.resume else None
+    if ran:
+        check_resume_settings(args, ran)
     if args.overwrite:
         for name in ("model.pt", "last.pt", "synthetic.*", "eval_*.json", "eval_*.jsonl", *stages[1:]):
             for path in glob.glob(os.path.join(glob.escape(out_dir), name)):
@@ -967,13 +976,16 @@ def save_checkpoint(path: str, payload: dict):
 MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
 
 
+# Staged methods train their first stages in folders of their own inside the run folder (bart, backtranslation).
+STAGES = ("frozen", "reverse", "mixed")
+
+
 def checkpoint_ran_with(run_folder: str) -> str | None:
-    """The checkpoint of a run folder that holds the settings its run ran with: last.pt or, in a run killed in its
-    first epoch, model.pt (composed's epoch 0, or an epoch's best saved before its last.pt); None where neither is."""
-    for name in ("last.pt", "model.pt"):
-        if os.path.isfile(os.path.join(run_folder, name)):
-            return os.path.join(run_folder, name)
-    return None
+    """The checkpoint that holds the settings a run ran with: the newest written in its folder or a stage's (each
+    holds the run's args; last.pt is written after model.pt, so a resumed run's changes are the newest); or None."""
+    held = [path for stage in ("", *STAGES) for name in ("model.pt", "last.pt")
+            if os.path.isfile(path := os.path.join(run_folder, stage, name))]
+    return max(held, key=os.path.getmtime, default=None)
 
 
 def settings_ran_with(last_path: str) -> dict:
@@ -983,16 +995,16 @@ def settings_ran_with(last_path: str) -> dict:
     return {name: value for name, value in ran_with.items() if name not in ("resume", "overwrite")}
 
 
-def check_resume_settings(args, last_path: str, say_changes: bool):
+def check_resume_settings(args, last_path: str):
     """--resume continues a run with the settings it ran with: refuse any other, but for MAY_CHANGE_ON_RESUME,
-    which it names (say_changes: on stderr, as the run's first line)."""
+    which it names on stderr, as the run's first line."""
     ran_with = settings_ran_with(last_path)
     differ = {name: f"--{name.replace('_', '-')} {value} (it ran with {ran_with[name]})" for name, value in
               sorted(vars(args).items()) if name in ran_with and ran_with[name] != value}
     refused = [text for name, text in differ.items() if name not in MAY_CHANGE_ON_RESUME]
     if refused:
         raise UsageError(f"--resume: {'; '.join(refused)}: resume with its settings, or --overwrite to start over")
-    if differ and say_changes:
+    if differ:
         print(f"--resume: changed {'; '.join(differ.values())}", file=sys.stderr)
 
 
@@ -1091,8 +1103,7 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: 
     y' as it is, which needs no gold; divided by the batch's source tokens (a count that does not depend on y')."""
     s, samples = settings, settings.samples
     no_gold = tgt_out.shape[1] == 1 and bool((tgt_out == PAD_ID).all())  # (a host sync for such batches alone)
-    longest = max_output_length(f, src)
-    max_len = max_len or (longest if no_gold else min(longest, tgt_out.shape[1] + 16))
+    max_len = max_len or sample_length_limit(f, src, None if no_gold else tgt_out)
     y_prime = sample_outputs(f, src, samples, max_len)                                  # y' ~ p_theta(.|x)
     noisy = with_eos(y_prime)                                                           # y' + EOS, as Pi reads it
     if no_gold:  # Pi's target: y' itself
@@ -1121,6 +1132,13 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: 
         return s.composed_weight * composed / samples / (src != PAD_ID).sum()
     direct = sequence_loss(f.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)  # -log p_theta(y|x)
     return s.composed_weight * composed / samples / (tgt_out != PAD_ID).sum() + s.lam * direct   # -Eq. 1's surrogate
+
+
+def sample_length_limit(f, src, tgt_out=None) -> int:
+    """Where composed_loss cuts its samples y': 16 pieces past the batch's padded gold width, or (tgt_out None: inputs
+    with no gold) where greedy decoding would give up (max_output_length)."""
+    longest = max_output_length(f, src)
+    return longest if tgt_out is None else min(longest, tgt_out.shape[1] + 16)
 
 
 def reinforce_baseline(rewards, kind: str):
@@ -1385,6 +1403,9 @@ def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, tra
         save_checkpoint(last_path, checkpoint(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
                                               state=state, rng=random_states(device)))
     model.requires_grad_(True)
+    if state["best_epoch"] == 0 and denoiser is None:  # (composed keeps its epoch 0, the f it starts from)
+        raise TrainingFailed(f"no epoch had a finite validation loss (the last: {state['history'][-1]['val_loss']}), "
+                             f"so {out_dir} holds no model.pt: a lower --lr may help")
     return state
 
 
@@ -1581,8 +1602,8 @@ def learning_rate_factor(step: int, args, total_steps: int) -> float:
     """The multiplier of the peak rate at `step`: a linear warm-up from --warmup-start-lr, then
       constant      the peak to the end;
       inverse-sqrt  peak * sqrt(warm-up steps / step), fairseq's schedule, which the paper's models used;
-      linear        the warm-up times a decay from the first step, 1 - step / steps, which reaches 0 at the last
-                    step (the cpu preset); its top, at the warm-up's last step, is below the peak by about the share
+      linear        the warm-up times a decay from the first step, 1 - step / steps, down to 1 / steps at the last
+                    update (the cpu preset); its top, at the warm-up's last step, is below the peak by about the share
                     of the run the warm-up took, at most a tenth (so that a short run comes near its peak)."""
     warmup_steps = args.warmup_steps
     if args.lr_schedule == "linear":
@@ -1625,8 +1646,8 @@ def add_training_args(parser):
         parser.add_argument(flag, type=kind, help=text)
     parser.add_argument("--lr-schedule", choices=("constant", "inverse-sqrt", "linear"),
                         help="after the warm-up: the peak rate to the end, fairseq's peak * sqrt(warm-up / step) "
-                             "(the paper's), or (times the warm-up, from the first step) a linear decay to 0 at the "
-                             "last epoch")
+                             "(the paper's), or (times the warm-up, from the first step) a linear decay to 1/steps "
+                             "of it at the last update")
     parser.add_argument("--label-smoothing", default="0",
                         help="0: plain cross entropy, as the paper; VALUE:EPOCHS,...,VALUE: by epoch")
     parser.add_argument("--weight-decay", type=float, default=EVERY_PRESET["weight_decay"], help="AdamW's")
@@ -1665,7 +1686,7 @@ def parse_training_args(parser, argv, preset_of, run_folder):
             dataset, of = read_dataset(known.data), known.data
         except UsageError:  # no data yet: --help shows a SansType folder's values (a run is refused below)
             dataset, of = "sanstype", f"a SansType folder ({known.data} holds no data yet)"
-        parser.set_defaults(**column(ARCHITECTURE, dataset, known.preset), **preset_of(dataset, known))
+        parser.set_defaults(data=known.data, **column(ARCHITECTURE, dataset, known.preset), **preset_of(dataset, known))
         methods = "--method" in parser._option_string_actions and not known.method  # finetune.py, none chosen yet
         parser.epilog = f"Defaults: the {known.preset} preset's for {of}" + \
             " before a method's changes (--help with --method shows that method's)" * methods + "; a flag given wins." \
@@ -1751,13 +1772,16 @@ RESUME_HINT = "interrupted: run again with --resume to continue from the last fi
 
 
 def run_main(script: str, work, args, on_interrupt: str = "interrupted"):
-    """Run a script's work: bad input becomes one line on stderr and exit code 2; Ctrl-C a line and 130,
-    the shell's code for an interrupt."""
+    """Run a script's work: bad input becomes one line on stderr and exit code 2, a run that kept no model one line and
+    1; Ctrl-C a line and 130, the shell's code for an interrupt."""
     try:
         work(args)
     except (UsageError, FileNotFoundError) as error:  # (the judge's: no g++)
         print(f"{script}: error: {error}", file=sys.stderr)
         sys.exit(2)
+    except TrainingFailed as error:
+        print(f"{script}: {error}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         print(f"{script}: {on_interrupt}", file=sys.stderr)
         sys.exit(130)

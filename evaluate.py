@@ -1,5 +1,5 @@
-"""Judge programs the way the paper does: the share that compiles, and the share that prints the
-gold output on the test's input (accuracy).
+"""Judge a model's outputs the way the paper does: the share that is valid (SansType: compiles) and the share that is
+right (accuracy: SansType's print the gold output on the test's input; a task's are the gold output).
 
     python evaluate.py runs/standard/model.pt --splits test,ood                 # decode greedily, judge
     python evaluate.py runs/standard/model.pt --denoiser runs/denoiser/model.pt # Pi(f(x)): test-time denoiser
@@ -23,6 +23,7 @@ first error), runtime_error, timeout; for molecules (make_molecules.py), where "
 the SMILES: correct, wrong_molecule, invalid; for a task of one's own (make_task.py), correct (the gold output
 exactly), wrong_output, invalid (its --valid-command says so; "compiled" is the share it calls valid).
 """
+import argparse
 import collections
 import glob
 import json
@@ -206,7 +207,7 @@ def judge_predictions(args):
     denoised = bool(args.denoiser) and args.denoiser != "none"
     if denoised:  # Pi(programs): e.g. how many correct programs Pi leaves correct
         spm = common.read_tokenizer_bytes(args.data)
-        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser")
+        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, f"{args.data}/spm.model", "denoiser")
         denoiser.to(common.pick_device(args.device))
         programs = common.denoise(denoiser, common.load_tokenizer(spm), programs, args.batch_size,
                                   common.error_detector(denoiser_checkpoint), progress=True)
@@ -235,13 +236,13 @@ def evaluate_model(args):
     own denoiser), judge, write, print."""
     spm = common.read_tokenizer_bytes(args.data)
     splits = check_splits(args.data, args.splits or default_splits(args.data), "--splits")
-    model, checkpoint = common.load_model(args.model, spm, args.data, "predictor")
+    model, checkpoint = common.load_model(args.model, spm, f"{args.data}/spm.model", "predictor")
     tokenizer = common.load_tokenizer(spm)
     device = common.pick_device(args.device)
     model = model.to(device)
     manifest = common.read_manifest(args.data)
     dataset, authors_splits = manifest["dataset"], manifest.get("authors_splits", [])  # (make_sanstype --released)
-    denoiser, denoiser_checkpoint = common.chosen_denoiser(checkpoint, args.denoiser, spm, args.data)
+    denoiser, denoiser_checkpoint = common.chosen_denoiser(checkpoint, args.denoiser, spm, f"{args.data}/spm.model")
     given = args.denoiser not in (None, "none")  # a test-time Pi's noise names the row, else the one f started from
     noise = pi_noise(denoiser_checkpoint) if given else pi_noise(checkpoint, "denoiser_")
     corruption = noise["corruption"]
@@ -344,10 +345,9 @@ def group_label(group: list[dict]) -> str:
 
 def by_seed(summaries: list[dict]) -> list[list[dict]]:
     """Runs that differ only by seed, theirs or their Pi's (the same method, settings, split, kind of Pi, test-time
-    Pi, ...), together, in the order of their seeds. An evaluation made before evaluate.py recorded seeds stays alone;
-    one made before it recorded Pi's settings is told apart by Pi's path. A group whose runs vary in both seeds becomes
-    rows over Pi's seeds at the seed most Pis have and over each Pi's seeds, each where it has several runs, and one
-    more over the runs in none of these (spread_of says over what), so that every run is in a row."""
+    Pi, ...), together, in the order of their seeds: each run in exactly one group, a row of the table. An evaluation
+    made before evaluate.py recorded seeds stays alone; one made before it recorded Pi's settings is told apart by
+    Pi's path."""
     groups = {}
     for s in summaries:
         key = tuple(str(s.get(name)) for name in ("dataset", "method", "layers", "deep", "preset", "corruption",
@@ -356,22 +356,7 @@ def by_seed(summaries: list[dict]) -> list[list[dict]]:
         key += (json.dumps(s.get("test_pi"), sort_keys=True),)
         key += (json.dumps(s["settings"], sort_keys=True),) if "settings" in s else (s["run"],)
         groups.setdefault(key, []).append(s)
-    split = []
-    for group in groups.values():
-        group = sorted(group, key=seeds_of)
-        if len({s.get("pi_seed") for s in group}) > 1 and len({s.get("seed") for s in group}) > 1:
-            seeds = [s.get("seed") for s in group]
-            seed = max(sorted(set(seeds), key=str), key=seeds.count)  # the seed most Pis have
-            rows = [("Pi seeds", [s for s in group if s.get("seed") == seed])]
-            rows += [("seeds", [s for s in group if s.get("pi_seed") == pi])  # and each Pi's seeds
-                     for pi in sorted({s.get("pi_seed") for s in group}, key=str)]
-            rows = [(over, runs) for over, runs in rows if len(runs) > 1]
-            rest = [s for s in group if not any(s in runs for _, runs in rows)]
-            rows += [("Pi seeds and seeds", rest)] * bool(rest)
-            split += [[{**s, "over": over} for s in runs] for over, runs in rows]
-        else:
-            split.append(group)
-    return split
+    return [sorted(group, key=seeds_of) for group in groups.values()]
 
 
 def seeds_of(s: dict) -> tuple:
@@ -408,7 +393,10 @@ def print_table(args):
     and accuracy side by side, the paper's beside them; then the paired rows (PAIRED): per seed, one row minus
     another, over the seeds both have (and the paper's difference of the same rows)."""
     summaries, unevaluated = [], []
-    folders = list(dict.fromkeys(args.table))
+    folders = {}
+    for folder in args.table:  # each folder once, however it is spelled
+        folders.setdefault(os.path.realpath(folder), folder)
+    folders = list(folders.values())
     names = run_names(folders)
     for folder in folders:
         paths = sorted(glob.glob(os.path.join(folder, "eval_*.json")))
@@ -487,11 +475,11 @@ SAME_IN_PAIRS = ("data", "labeled", "preset", "d_model", "n_heads", "layers", "d
 
 def comparable(a: dict, b: dict) -> bool:
     """Rows PAIRED compares: a pair of its kinds, the same data, preset, size and split, the same SAME_IN_PAIRS
-    settings, and where both have one: the same spread, Pi settings (the Pi they were fine-tuned from),
+    settings, and where both have one: the same Pi settings (the Pi they were fine-tuned from),
     test-time Pi and denoiser's noise (standard from Table 5's Pi is not compared with composed through the code Pi)."""
     same = all(a.get(key) == b.get(key) for key in ("dataset", "preset", "layers", "split", "authors_split"))
-    same &= all(None in (a.get(key), b.get(key)) or a[key] == b[key]  # (a baseline has no Pi: either spread)
-                for key in ("over", "pi", "test_pi", "corruption"))
+    same &= all(None in (a.get(key), b.get(key)) or a[key] == b[key]  # (a baseline has no Pi)
+                for key in ("pi", "test_pi", "corruption"))
     if "settings" in a and "settings" in b:
         same &= all(a["settings"].get(name) == b["settings"].get(name) for name in SAME_IN_PAIRS)
     return same and ((a["method"], a["denoised"]), (b["method"], b["denoised"])) in PAIRED
@@ -591,7 +579,10 @@ def main(argv=None):
     parser.add_argument("--predictions", help="judge this file of programs instead of a model's")
     parser.add_argument("--split", help="with --predictions: the split they answer (default: test)")
     parser.add_argument("--json", help="with --predictions: also write {n, compiled, accuracy} here")
-    parser.add_argument("--data", default="data/sanstype", help="the data folder the model was trained on")
+    given = argparse.ArgumentParser(add_help=False)  # --help shows the --data given as its default
+    given.add_argument("--data", default="data/sanstype")
+    parser.add_argument("--data", default=given.parse_known_args(argv)[0].data,
+                        help="the data folder the model was trained on")
     parser.add_argument("--batch-size", type=int, default=64, help="programs decoded at once")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     args = parser.parse_args(argv)

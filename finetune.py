@@ -1,4 +1,4 @@
-"""Train a pseudocode-to-code predictor on the labeled pairs.
+"""Train a predictor of outputs from inputs on the labeled pairs (SansType: code from pseudocode).
 
     python finetune.py --method baseline         # from scratch                          -> runs/baseline/model.pt
     python finetune.py --method standard         # init from the denoiser, train all     -> runs/standard/model.pt
@@ -26,7 +26,6 @@ import sys
 import torch
 
 import common
-import spoc
 
 METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
 
@@ -65,7 +64,7 @@ DATASET_CHANGES = {("task", "cpu"): dict(patience=30)}
 # loss: chosen on validation over the two worked examples, 3 seeds (EXPERIMENTS.md, "The kept model of a task").
 KEEP_BY = {("task", "composed"): "valid"}
 # What each method changes in a preset. From scratch, the paper's warm-up is 400 updates from 5e-4 (from Pi: 150 from
-# 1e-4); composed trains at a tenth of the rate (Appendix D: f starts fine-tuned, and its gradient is noisy), at the
+# 1e-4); composed trains at a tenth of the rate (the authors' released command: f starts fine-tuned), at the
 # paper preset up to the authors' 300 epochs, stopped 20 after its best (on an H200, composed's and the control's
 # criterion was lowest at epochs 13-29, a better epoch at most 16 after the one before: EXPERIMENTS.md, "Table 2 at
 # the paper preset"). bart: epochs of the encoder alone.
@@ -206,7 +205,7 @@ def unlabeled_inputs(args, tokenizer):
 
 def finetune(args):
     torch.manual_seed(args.seed)  # initialisation, dropout and sampling
-    spm = common.read_tokenizer_bytes(args.data)
+    spm, spm_path = common.read_tokenizer_bytes(args.data), os.path.join(args.data, "spm.model")
     tokenizer = common.load_tokenizer(spm)
     train_pairs, val_pairs = load_pairs(args.data, "train", tokenizer), load_pairs(args.data, "val", tokenizer)
     if args.labeled and args.labeled > len(train_pairs):
@@ -227,15 +226,15 @@ def finetune(args):
     if args.method in ("baseline", "backtranslation"):
         model = common.Transformer(config)
     elif args.method == "composed":
-        model, init = common.load_model(args.init, spm, args.data, "predictor", config)
-        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser")
+        model, init = common.load_model(args.init, spm, spm_path, "predictor", config)
+        denoiser, denoiser_checkpoint = common.load_model(args.denoiser, spm, spm_path, "denoiser")
         if args.resume:
             check_same_denoiser(args, denoiser_checkpoint)
         composed_training = freeze(denoiser, denoiser_checkpoint, tokenizer, args)
         extra.update(init_method=init.get("method"), denoiser={key: denoiser_checkpoint.get(key) for key in (
             "config", "model", "error_detector", "valid_data", "args", "corruption", "own_noise", "paper_table")})
     else:
-        model, denoiser_checkpoint = common.load_model(args.denoiser, spm, args.data, "denoiser", config)
+        model, denoiser_checkpoint = common.load_model(args.denoiser, spm, spm_path, "denoiser", config)
     if args.method in ("standard", "bart", "composed"):  # Pi's noise, seed and settings, for evaluate.py's tables
         extra.update({f"denoiser_{key}": denoiser_checkpoint.get(key) for key in ("corruption", "own_noise",
                                                                                   "paper_table", "args")})

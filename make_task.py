@@ -13,9 +13,10 @@ train's (a new style, a new domain) to test out of distribution. Splits you alre
 --splits DIR (its train, val, test and, if there, ood .src/.tgt files, and unlabeled.tgt). --unlabeled names outputs
 with no input: the denoiser learns from them and from train's outputs. --valid-command is your validity check, in
 the role g++ plays for SansType and RDKit for molecules: a shell command, run in the data folder, that reads outputs
-on its standard input, one a line, and prints one verdict a line, 1 (valid) or 0; evaluate.py reports its share
-("valid" in --table, "compiled" on a model's lines) and counts an output correct when it equals the gold exactly. It is tried first on the gold outputs as they will be written
-(after the tokenizer's normalisation), in --out, before anything else is written there.
+on its standard input, one a line, and prints one verdict a line, 1 (valid) or 0; evaluate.py reports its share as
+"valid" (a model's lines read "valid ... exact ... words ...", and so does --table) and counts an output exact when it
+equals the gold. It is tried first on the gold outputs as they will be written (after the tokenizer's
+normalisation), in --out, before anything else is written there.
 
 Writes the format every make_*.py writes, one example a line and the same line number across a split's files:
     {train,val,test[,ood]}.src   inputs

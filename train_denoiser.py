@@ -1,4 +1,4 @@
-"""Pre-train the denoiser Pi: a Transformer that maps corrupted code back to the valid program.
+"""Pre-train the denoiser Pi: a Transformer that maps a corrupted output back to the valid one (SansType: code).
 
     python train_denoiser.py                                  # cpu preset: data/sanstype -> runs/denoiser/model.pt
     python train_denoiser.py --corruption random --out runs/denoiser_random   # Table 5's random deletions
@@ -81,6 +81,7 @@ class Corruption(NamedTuple):
     paper_tables: dict  # dataset -> the paper's table its rows are compared with
     parameter: tuple = ()  # (flag, type, default, help, problem): args holds its value under the flag's name;
     #                        problem(value) says what is wrong with a value (a one-line refusal), or None
+    reads: Callable = lambda output: True  # whether it can corrupt an output (refused before any work if not)
 
 
 def edit_rates_problem(rates: str) -> str | None:
@@ -96,12 +97,12 @@ CORRUPTIONS = {
                        "SansType's: Appendix C's statement-level type, stream and print edits", {"sanstype": "Table 2"},
                        ("--num-corruptions", int, 3, "in 90%% of programs, 1 to N statement positions drawn (with "
                                                      "replacement), each noised",
-                        lambda n: None if n >= 1 else "must be at least 1")),
+                        lambda n: None if n >= 1 else "must be at least 1"), common.is_program),
     "random": Corruption(lambda code, rng, args, tokenizer: common.delete_random_words(code, rng,
                                                                                        args.deletion_probability),
                          "drop each word of a statement", {"sanstype": "Table 5"},
                          ("--deletion-probability", float, 0.15, "of each word",  # (0: it could never change one)
-                          lambda p: None if 0 < p <= 1 else "must be within (0, 1]")),
+                          lambda p: None if 0 < p <= 1 else "must be within (0, 1]"), common.is_program),
     "line": Corruption(lambda code, rng, args, tokenizer: spoc.corrupt_one_line(code, rng),
                        "SPoC's: Appendix E's one-line insertion, deletion or replacement of a keyword, identifier or "
                        "symbol", {"spoc": "Table 2"}),
@@ -198,6 +199,11 @@ def train(args):
     val = common.read_lines(os.path.join(args.data, "val.tgt"))
     if not programs or not val:
         raise common.UsageError(f"no programs to train or validate on in {args.data}")
+    unreadable = [output for output in programs + val if not CORRUPTIONS[args.corruption].reads(output)]
+    if unreadable:
+        raise common.UsageError(f"--corruption {args.corruption} cannot read {len(unreadable)} of the outputs in "
+                                f"{args.data} (e.g. {unreadable[0][:40]!r}): it needs programs whose statements are "
+                                "separated by ' $ '; --corruption edits reads any output")
     common.claim_output(args)
     corrupt = CORRUPTIONS[args.corruption].corrupt
     spoc_cases = spoc.read_cases(args.data, "val") if args.dataset == "spoc" else None

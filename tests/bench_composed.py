@@ -160,8 +160,8 @@ def main():
 
     spm = common.read_tokenizer_bytes(args.data)
     tokenizer = common.load_tokenizer(spm)
-    model, _ = common.load_model(args.init, spm, args.data, "predictor")
-    denoiser, _ = common.load_model(args.denoiser, spm, args.data, "denoiser")
+    model, _ = common.load_model(args.init, spm, f"{args.data}/spm.model", "predictor")
+    denoiser, _ = common.load_model(args.denoiser, spm, f"{args.data}/spm.model", "denoiser")
     model, denoiser = model.to(device), denoiser.to(device)
     denoiser.eval().requires_grad_(False)
     pairs = finetune.load_pairs(args.data, "train", tokenizer)

@@ -21,7 +21,7 @@ Its stages, each timed, in a scratch folder (--work; default a new temporary one
   compile   the steps of stage steps under torch.compile(dynamic=True) against eager ones, and the seconds the
             compilation took (last: it cannot be cut, so it runs only with 90 s of the budget left)
   fidelity  the suspects for standard's gap to the paper, side by side (python tests/bench_gpu.py --stages
-            data,fidelity; --released DIR: the authors' train and val): Pi of each --seeds with our data and the
+            data,fidelity; --released DIR: the authors' train and val): Pi of each --pi-seeds with our data and the
             authors' (train_denoiser.py --pi-data), in --pi-precision; standard fine-tuning (seed 0) from each, in bf16
             and fp32, and the baseline in both beside them; each judged on test and ood with and without a
             test-time Pi (a standard run: the Pi it started from; the baseline: each Pi); one table, with paired
@@ -280,7 +280,7 @@ def fidelity(args, deadline: Deadline) -> dict:
     """Stage fidelity (see the docstring): three phases, each its commands side by side, then one table."""
     P = f"--preset {args.preset}" + f" --device {args.device}" * bool(args.device)
     py = f"{shlex.quote(sys.executable)} {shlex.quote(ROOT)}/"
-    seeds, datas, precisions = args.seeds.split(), ("ours", "authors"), ("bf16", "fp32")
+    seeds, datas, precisions = args.pi_seeds.split(), ("ours", "authors"), ("bf16", "fp32")
     pis = [(d, p) for p in seeds for d in datas]
     phases = {
         "denoisers and baselines": {
@@ -353,7 +353,7 @@ def fidelity_table(runs: str, seeds: list[str], datas: tuple, precisions: tuple)
     return "\n".join(lines)
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=("paper", "cpu", "smoke"), default="paper")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
@@ -363,20 +363,26 @@ def main():
                         "the data and the block ~560 s)")
     parser.add_argument("--reserve", type=float, default=30, help="seconds of the budget stage table2 leaves "
                         "to stage composed")
-    parser.add_argument("--seeds", help="the block's seeds (default: 0 1 2; the dry run's test: 0 alone); fidelity: "
-                        "Pi's (default: 0 1)")
+    parser.add_argument("--seeds", default="0 1 2", help="stage table2: the block's seeds (the dry run's test: 0 "
+                        "alone)")
+    parser.add_argument("--pi-seeds", default="0 1", help="stage fidelity: Pi's seeds")
     parser.add_argument("--pi-precision", choices=("fp32", "bf16"), default="fp32",
                         help="fidelity: Pi's (the authors trained in fp32)")
     parser.add_argument("--released", metavar="DIR", help="stage data: the authors' train and val from DIR "
                         "(make_sanstype.py --released)")
     parser.add_argument("--max-steps", type=int, default=300, help="steps timed an epoch, at most")
     parser.add_argument("--work", help="the scratch folder (default: a new temporary one)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     stages = args.stages.split(",")
     if not set(stages) <= {"data", "steps", "table2", "composed", "compile", "fidelity"} or (
             "compile" in stages and "steps" not in stages[:stages.index("compile")]):
         parser.error(f"--stages {args.stages}: of data, steps, table2, composed, compile (after steps), fidelity")
-    args.seeds = args.seeds or ("0 1" if "fidelity" in stages else "0 1 2")
+    return args
+
+
+def main():
+    args = parse_args()
+    stages = args.stages.split(",")
     deadline = Deadline(args.budget)
     args.work = args.work or tempfile.mkdtemp(prefix="bench_gpu-")
     os.makedirs(args.work, exist_ok=True)

@@ -45,7 +45,7 @@ def term_gradients(f, denoiser, batch, settings, draws: int, seed: int) -> dict:
     src, tgt_in, tgt_out = batch
     first = argparse.Namespace(**{**vars(settings), "lam": 0.0})
     direct = argparse.Namespace(**{**vars(settings), "composed_weight": 0.0})
-    max_len = min(common.max_output_length(f, src), tgt_out.shape[1] + 16)  # as composed_loss samples
+    max_len = common.sample_length_limit(f, src, tgt_out)  # as composed_loss samples
     out = {"reinforce": [], "direct": [], "gold": []}
     for draw in range(draws):
         torch.manual_seed(seed + draw)
@@ -113,7 +113,7 @@ def main(argv=None):
     spm = common.read_tokenizer_bytes(args.data)
     tokenizer = common.load_tokenizer(spm)
     f = common.model_from_checkpoint(common.load_checkpoint(args.init))  # a predictor, or Pi's weights as f's start
-    denoiser, _ = common.load_model(args.denoiser, spm, args.data, "denoiser")
+    denoiser, _ = common.load_model(args.denoiser, spm, f"{args.data}/spm.model", "denoiser")
     f, denoiser = f.to(device).train(), denoiser.to(device).eval().requires_grad_(False)
     pairs = finetune.load_pairs(args.data, "train", tokenizer)
     chosen = common.batches(pairs, settings.batch_size, random.Random(f"{settings.seed}-batch order-1"))[:args.batches]

@@ -7,8 +7,7 @@ import sys
 import pytest
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__))))
-import bench_gpu  # noqa: E402
+import bench_gpu  # (tests/ is on the path as pytest runs a test file)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -18,7 +17,7 @@ def test_the_gpu_bench_dry_runs_every_stage_at_the_smoke_preset(tmp_path):
     issue's one GPU call for Pi seed 0: both Pi data, both precisions, every evaluation."""
     result = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench_gpu.py"), "--preset", "smoke",
                              "--device", "cpu", "--stages", "data,steps,table2,composed,fidelity", "--work",
-                             str(tmp_path), "--budget", "3000", "--seeds", "0"],
+                             str(tmp_path), "--budget", "3000", "--seeds", "0", "--pi-seeds", "0"],
                             capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = dict(pair.split("=") for pair in result.stdout.strip().splitlines()[-1].split())
@@ -64,3 +63,10 @@ def test_the_table2_block_stops_and_names_a_failed_run(tmp_path, fails, phase):
     result = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode != 0 and "the block went on" not in result.stdout
     assert "failed (exit 3): " in result.stderr and fails in result.stderr.split("failed (exit 3): ")[1].splitlines()[0]
+
+
+def test_the_seeds_of_the_block_and_of_fidelitys_pi_are_two_flags():
+    """--seeds is the Table 2 block's whatever other stages run; fidelity's Pi seeds are --pi-seeds."""
+    both = bench_gpu.parse_args(["--stages", "data,table2,fidelity"])
+    assert (both.seeds, both.pi_seeds) == ("0 1 2", "0 1")
+    assert bench_gpu.parse_args(["--stages", "data,table2", "--seeds", "4"]).seeds == "4"

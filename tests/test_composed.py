@@ -3,17 +3,12 @@ enough to enumerate: its mean gradient matches the exact gradient of Eq. 1's fir
 where they are known."""
 import argparse
 import itertools
-import os
-import sys
 
 import pytest
 import torch
 
+import bench_gradients  # (tests/ is on the path as pytest runs a test file)
 import common
-import finetune
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/: the benches
-import bench_gradients  # noqa: E402
 
 VOCAB = 6  # PAD UNK BOS EOS + two words
 MAX_LEN = 2

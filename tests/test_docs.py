@@ -1,5 +1,6 @@
 """Every command the README and EXPERIMENTS.md show uses flags its script has (a renamed flag would leave a
 reader's copied command failing), and every link to one of their sections finds its heading."""
+import ast
 import contextlib
 import io
 import os
@@ -103,3 +104,19 @@ def test_every_link_to_a_section_finds_its_heading():
             if anchor not in heading_anchors(os.path.join(ROOT, target or name)):
                 broken.append(f"{name}: {target}#{anchor}")
     assert not broken, broken
+
+
+def test_every_module_uses_what_it_imports_and_no_test_edits_the_path():
+    """An import nothing reads is a reader's dead end; tests import the scripts and benches as pytest puts them on
+    the path (conftest.py: the scripts), not by editing sys.path themselves."""
+    files = [os.path.join(folder, name) for folder in (ROOT, os.path.join(ROOT, "tests"))
+             for name in sorted(os.listdir(folder)) if name.endswith(".py")]
+    for path in files:
+        tree = ast.parse(open(path).read())
+        imported = {(alias.asname or alias.name).split(".")[0] for node in tree.body
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+        read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        assert imported <= read, (path, imported - read)
+        if os.path.basename(path).startswith("test_"):
+            assert not any(isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "")
+                           == "sys" for node in ast.walk(tree)), path

@@ -1,16 +1,12 @@
 """Tests for fonts.py and the U-Net of common.py. They only use Pillow's built-in scalable font
 (Aileron, `ImageFont.load_default(size=...)`), so nothing has to be installed."""
-import os
-import sys
-
 import numpy as np
 import pytest
 import torch
 from PIL import Image, ImageFont
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import fonts  # noqa: E402
-from common import UNet  # noqa: E402
+import fonts
+from common import UNet
 
 
 @pytest.fixture(scope="module")

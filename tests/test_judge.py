@@ -54,14 +54,6 @@ def write_outside_program(path):
             f"cout << ( f . good ( ) ? \"wrote\" : \"blocked\" ) ; $ return 0; }}")
 
 
-@pytest.fixture
-def quick_limits(monkeypatch):
-    """Shorter limits keep the suite fast; the mechanism is the same."""
-    monkeypatch.setattr(judge, "COMPILE_SECONDS", 4)
-    monkeypatch.setattr(judge, "RUN_WALL_SECONDS", 2)
-    monkeypatch.setattr(judge, "RUN_CPU_SECONDS", 1)
-
-
 def processes_inside(folder):
     """Processes whose command line, executable or working directory lies in folder."""
     alive = []

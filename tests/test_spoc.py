@@ -24,7 +24,7 @@ import judge
 import make_spoc
 import spoc
 import train_denoiser
-from test_judge import HOSTILE, ROOT, processes_inside, quick_limits, write_outside_program  # noqa: F401
+from test_judge import HOSTILE, ROOT, processes_inside, write_outside_program
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "spoc")
 TRAIN_TSV, EVAL_TSV = os.path.join(FIXTURE, "spoc-train-test.tsv"), os.path.join(FIXTURE, "spoc-train-eval.tsv")

@@ -34,12 +34,38 @@ HEADER = ["| runs (seeds) | test compiled | test accuracy | paper: test compiled
           "| --- | --- | --- | --- |"]
 OLD = {key: value for key, value in EVALUATION.items() if key not in ("own_noise", "paper_table")}  # before 481fff2
 CASES = {
-    # Pi seeds and seeds both vary: the row over Pi seeds at seed 0, Pi 0's over its seeds, and Pi 2's one run
+    # Pi seeds and seeds both vary: one row of all five runs
     "every run in a row": ([made_up(f"standard_pi{p}_{s}", "standard", 40 + 10 * p + s, s, p)
                             for p, s in [(0, 0), (0, 1), (0, 2), (1, 0), (2, 1)]], [
-        "| standard_{pi0_0,pi1_0} (2 Pi seeds) | 50.0 ± 0.0 | 45.0 ± 7.1 | 86.8 / 79.8 |",
-        "| standard_pi0_{0,1,2} (3 seeds) | 50.0 ± 0.0 | 41.0 ± 1.0 | 86.8 / 79.8 |",
-        "| standard_pi2_1 (1 run) | 50.0 | 61.0 | 86.8 / 79.8 |"]),
+        "| standard_{pi0_0,pi0_1,pi0_2,pi1_0,pi2_1} (5 Pi seeds and seeds) | 50.0 ± 0.0 | 46.8 ± 8.9 | 86.8 / 79.8 |"]),
+    # each run from its own Pi, and one more composed run (Pi 0, seed 1): still one row each, the three pairs shown
+    "one more run": ([made_up(f"{m}_pi{p}_{s}", m, 40 + (5 + s) * (m == "composed") + s + p, s, p,
+                              denoised=m == "composed", test_pi="own" if m == "composed" else None)
+                      for m in ("standard", "composed") for p, s in [(0, 0), (1, 1), (2, 2)]] +
+                     [made_up("composed_pi0_1", "composed", 60, 1, 0, denoised=True, test_pi="own")], [
+        "| standard_{pi0_0,pi1_1,pi2_2} (3 Pi seeds and seeds) | 50.0 ± 0.0 | 42.0 ± 2.0 | 86.8 / 79.8 |",
+        "| composed_{pi0_0,pi0_1,pi1_1,pi2_2} (4 Pi seeds and seeds) | 50.0 ± 0.0 | 51.0 ± 6.5 | 90.4 / 84.4 |",
+        "| composed_{pi0_0,pi0_1,pi1_1,pi2_2} - standard_{pi0_0,pi1_1,pi2_2}, paired (3 Pi seeds and seeds) | +0.0 ± 0.0 | "
+        "+6.0 ± 1.0 | +3.6 / +4.6 |"]),
+    # pairs only alike: composed with standard from the same Pi (pi) and through the same Pi (test_pi); a
+    # test-time Pi of another noise (corruption) is not compared with the run without one
+    "pairs only alike": ([made_up("standard_0", "standard", 40, 0, 0),
+                          made_up("standard_0", "standard", 41, 0, 0, True, "own"),
+                          made_up("standard_other_0", "standard", 42, 0, 0, True, 5),
+                          made_up("standard_random_0", "standard", 43, 0, 0, True, 6, corruption="random",
+                                  own_noise=False, paper_table="Table 5"),
+                          made_up("composed_0", "composed", 50, 0, 0, True, "own"),
+                          made_up("composed_pi_0", "composed", 60, 0, 0, True, "own", pi={"epochs": 50})], [
+        "| standard_0 (1 run) | 50.0 | 40.0 | 86.8 / 79.8 |",
+        "| standard_0 + Pi (1 run) | 50.0 | 41.0 | 87.3 / 80.4 |",
+        "| standard_other_0 + Pi (Pi seed 5) (1 run) | 50.0 | 42.0 | 87.3 / 80.4 |",
+        "| composed_0 (1 run) | 50.0 | 50.0 | 90.4 / 84.4 |",
+        "| composed_pi_0 (1 run) | 50.0 | 60.0 | 90.4 / 84.4 |",
+        "| standard_random_0 + Pi (random Pi seed 6) (1 run) | 50.0 | 43.0 |  |",
+        "| standard_0 + Pi - standard_0, paired (1 run) | +0.0 | +1.0 | +0.5 / +0.6 |",
+        "| standard_other_0 + Pi (Pi seed 5) - standard_0, paired (1 run) | +0.0 | +2.0 | +0.5 / +0.6 |",
+        "| composed_0 - standard_0, paired (1 run) | +0.0 | +10.0 | +3.6 / +4.6 |",
+        "| composed_0 - (standard_0 + Pi), paired (1 run) | +0.0 | +9.0 | +3.1 / +4.0 |"]),
     # each run from its own Pi, with its Pi's seed: one row over both, paired run by run
     "each seed its own Pi": ([made_up(f"{m}_pi{s}_{s}", m, 40 + (5 + s) * (m == "composed") + s, s, s,
                                       denoised=m == "composed", test_pi="own" if m == "composed" else None)
@@ -101,6 +127,18 @@ def test_the_table_shows_every_run_once_named_apart_and_pairs_runs_alike(tmp_pat
         json.dump(summary, open(tmp_path / folder / f"{name}.json", "w"))
     evaluate.main(["--table", *sorted({str(tmp_path / folder) for folder, _, _ in runs})])
     assert capsys.readouterr().out.splitlines() == HEADER + rows
+
+
+def test_a_folder_given_twice_counts_once(tmp_path, capsys):
+    """The same folder named two ways (a trailing slash, a ./ or a ..) is one run, named as it was first given."""
+    for seed, accuracy in enumerate((40, 50)):
+        folder, name, summary = made_up(f"standard_{seed}", "standard", accuracy, seed, 0)
+        os.makedirs(tmp_path / folder)
+        json.dump(summary, open(tmp_path / folder / f"{name}.json", "w"))
+    evaluate.main(["--table", str(tmp_path / "standard_0"), str(tmp_path / "standard_1"), f"{tmp_path}/standard_0/",
+                   f"{tmp_path}/standard_1/../standard_1"])
+    assert capsys.readouterr().out.splitlines()[2:] == [
+        "| standard_{0,1} (2 seeds) | 50.0 ± 0.0 | 45.0 ± 7.1 | 86.8 / 79.8 |"]
 
 
 @pytest.fixture(scope="module")

@@ -130,16 +130,17 @@ def test_bart_freezes_the_decoder_first(data, denoiser, tmp_path):
     assert refused.returncode == 2 and "--frozen-epochs (2) must be below --epochs (2)" in refused.stderr
 
 
-def test_linear_schedule_warms_up_then_decays_to_zero():
+def test_linear_schedule_warms_up_then_decays_to_its_last_update():
+    """Update k (0 .. steps - 1) runs at the factor of step k: the last at 1 / steps of the peak, not 0."""
     args = type("Args", (), {"warmup_steps": 10, "lr_schedule": "linear", "lr": 1e-3, "warmup_start_lr": 0.0})()
-    factors = [common.learning_rate_factor(step, args, 100) for step in range(101)]
-    assert factors[0] == 0.1 and max(factors) == factors[9] and factors[100] == 0.0
+    factors = [common.learning_rate_factor(step, args, 100) for step in range(100)]
+    assert factors[0] == 0.1 and max(factors) == factors[9] and factors[-1] == pytest.approx(1 / 100)
     assert all(a > b for a, b in zip(factors[9:], factors[10:]))
     # a run of 40 steps warms up for 4, not 10: a warm-up must not eat a short run
-    short = [common.learning_rate_factor(step, args, 40) for step in range(41)]
-    assert short[3] == max(short) == 1.0 - 3 / 40 and short[40] == 0.0
+    short = [common.learning_rate_factor(step, args, 40) for step in range(40)]
+    assert short[3] == max(short) == 1.0 - 3 / 40 and short[-1] == pytest.approx(1 / 40)
     args.lr_schedule = "constant"  # the paper's schedule keeps its full warm-up
-    assert common.learning_rate_factor(4, args, 40) == 0.5 and common.learning_rate_factor(100, args, 100) == 1.0
+    assert common.learning_rate_factor(4, args, 40) == 0.5 and common.learning_rate_factor(99, args, 100) == 1.0
 
 
 def processes_of(pid: int) -> list[int]:
@@ -323,9 +324,8 @@ def test_the_table_aggregates_seeds_and_pairs_them(tmp_path, capsys):
 
 
 def test_the_table_aggregates_the_seeds_of_pi_and_pairs_runs_from_the_same_pi(tmp_path, capsys):
-    """Runs from Pis that differ only by their seed are one row too, said to be over Pi seeds; where a method's runs
-    vary in both seeds, it shows both spreads (over Pi seeds at the seed most Pis have, over the seeds of each Pi that
-    has several: here Pi 1's three and Pi 2's two); composed pairs with the standard run from its own Pi."""
+    """Runs that differ only by their seed or their Pi's are one row, said to be over both where both vary; composed
+    pairs with the standard run from its own Pi and of its own seed, a baseline (no Pi) with the runs of its seed."""
     test_accuracy = {("standard", 0, 0): 40, ("standard", 1, 0): 44, ("standard", 2, 0): 48, ("standard", 1, 1): 41,
                      ("standard", 1, 2): 39, ("composed", 0, 0): 43, ("composed", 1, 0): 44, ("composed", 2, 0): 50,
                      ("composed", 1, 1): 42, ("composed", 1, 2): 45, ("standard", 2, 1): 50,
@@ -345,19 +345,19 @@ def test_the_table_aggregates_the_seeds_of_pi_and_pairs_runs_from_the_same_pi(tm
         evaluation(tmp_path / f"baseline_{seed}", "eval_test.json", method="baseline", corruption=None, pi=None,
                    denoised=False, accuracy=0.3 + seed / 100, seed=seed, pi_seed=None, settings={"preset": "cpu"})
     evaluate.main(["--table", *sorted(str(p) for p in tmp_path.iterdir())])
-    markdown = capsys.readouterr().out.splitlines()
-    for line in ["| standard_{pi0_0,pi1_0,pi2_0} + Pi (3 Pi seeds) | 50.0 ± 0.0 | 44.0 ± 4.0 | 87.3 / 80.4 |",
-                 "| standard_pi1_{0,1,2} + Pi (3 seeds) | 50.0 ± 0.0 | 41.3 ± 2.5 | 87.3 / 80.4 |",
-                 "| composed_{pi0_0,pi1_0,pi2_0} - (standard_{pi0_0,pi1_0,pi2_0} + Pi), paired (3 Pi seeds) | +0.0 ± 0.0 "
-                 "| +1.7 ± 1.5 | +3.1 / +4.0 |",
-                 "| composed_pi1_{0,1,2} - (standard_pi1_{0,1,2} + Pi), paired (3 seeds) | +0.0 ± 0.0 | +2.3 ± 3.2 | "
-                 "+3.1 / +4.0 |",  # each standard run from Pi 0, 1, 2 at seed 0 against baseline_0:
-                 "| standard_{pi0_0,pi1_0,pi2_0} - baseline_{0,1,2}, paired (3 Pi seeds) | +0.0 ± 0.0 | +13.0 ± 4.0 | "
-                 "+38.2 / +43.2 |",
-                 "| composed_pi2_{0,1} - (standard_pi2_{0,1} + Pi), paired (2 seeds) | +0.0 ± 0.0 | +2.5 ± 0.7 | "
-                 "+3.1 / +4.0 |"]:
-        assert line in markdown, (line, "\n".join(markdown))
-    assert sum(" paired " in line for line in markdown) == 12  # four pairings in three groups, none across them
+    runs = "{pi0_0,pi1_0,pi1_1,pi1_2,pi2_0,pi2_1}"
+    assert capsys.readouterr().out.splitlines()[2:] == [
+        "| baseline_{0,1,2} (3 seeds) | 50.0 ± 0.0 | 31.0 ± 1.0 | 48.6 / 36.6 |",
+        f"| standard_{runs} (6 Pi seeds and seeds) | 50.0 ± 0.0 | 42.7 ± 4.5 | 86.8 / 79.8 |",
+        f"| standard_{runs} + Pi (6 Pi seeds and seeds) | 50.0 ± 0.0 | 43.7 ± 4.5 | 87.3 / 80.4 |",
+        f"| composed_{runs} (6 Pi seeds and seeds) | 50.0 ± 0.0 | 46.2 ± 4.4 | 90.4 / 84.4 |",
+        f"| standard_{runs} - baseline_{{0,1,2}}, paired (6 Pi seeds and seeds) | +0.0 ± 0.0 | +12.0 ± 4.8 | "
+        "+38.2 / +43.2 |",
+        f"| standard_{runs} + Pi - standard_{runs}, paired (6 Pi seeds and seeds) | +0.0 ± 0.0 | +1.0 ± 0.0 | "
+        "+0.5 / +0.6 |",
+        f"| composed_{runs} - standard_{runs}, paired (6 Pi seeds and seeds) | +0.0 ± 0.0 | +3.5 ± 2.1 | +3.6 / +4.6 |",
+        f"| composed_{runs} - (standard_{runs} + Pi), paired (6 Pi seeds and seeds) | +0.0 ± 0.0 | +2.5 ± 2.1 | "
+        "+3.1 / +4.0 |"]
 
 
 @pytest.mark.parametrize("estimator", ["reinforce", "straight-through", "gumbel"])
@@ -612,6 +612,65 @@ def test_a_run_killed_before_its_first_last_checkpoint_resumes_with_its_settings
     assert finetune.parse_args(flags).lr == 5e-4  # (the preset's is 1e-3)
     with pytest.raises(common.UsageError, match=r"--lr 0.002 \(it ran with 0.0005\)"):
         common.claim_output(finetune.parse_args([*flags, "--lr", "2e-3"]))
+
+
+@pytest.mark.parametrize("method", ["bart", "backtranslation"])
+def test_a_staged_run_resumed_in_a_later_stage_keeps_its_settings(data, denoiser, tmp_path, method):
+    """Killed in its last stage before that stage saved anything (as if: its top-level checkpoints, and
+    backtranslation's mixed/, removed), --resume with no flags goes on with the settings the run ran with, not the
+    preset's, and ends bit for bit as the unbroken run; a changed setting is refused, as in a run of one stage."""
+    flags = {"bart": ["--denoiser", denoiser[0], "--frozen-epochs", "1"],
+             "backtranslation": ["--reverse-epochs", "1", "--labeled-epochs", "2", "--synthetic-programs", "8"]}[method]
+    flags = ["--method", method, "--preset", "smoke", "--data", data, *flags, "--epochs", "3", "--patience", "9"]
+    unbroken = script("finetune.py", *flags, "--out", tmp_path / "unbroken")
+    assert unbroken.returncode == 0, unbroken.stderr
+    shutil.copytree(tmp_path / "unbroken", tmp_path / "killed")
+    for name in ("model.pt", "last.pt", "mixed"):
+        path = tmp_path / "killed" / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    refused = script("finetune.py", "--method", method, "--preset", "smoke", "--data", data, "--out",
+                     tmp_path / "killed", "--resume", "--lr", "5e-4")
+    assert refused.returncode == 2 and "--lr 0.0005 (it ran with 0.001)" in refused.stderr, refused.stderr
+    resumed = script("finetune.py", "--method", method, "--preset", "smoke", "--data", data, "--out",
+                     tmp_path / "killed", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    settings = resumed.stderr.split("settings: ")[1].splitlines()[0]
+    assert "epochs=3," in settings and "patience=9," in settings, settings
+    whole, broken = (common.load_checkpoint(str(tmp_path / run / "model.pt")) for run in ("unbroken", "killed"))
+    assert (broken["args"]["epochs"], broken["args"]["patience"]) == (3, 9)
+    assert all(torch.equal(whole["model"][key], broken["model"][key]) for key in whole["model"])
+
+
+@pytest.mark.parametrize("command, stage", [(["train_denoiser.py"], ""), (["finetune.py", "--method", "baseline"], ""),
+                                            (["finetune.py", "--method", "bart", "--frozen-epochs", "1"], "frozen"),
+                                            (["finetune.py", "--method", "backtranslation"], "reverse")])
+def test_a_run_whose_loss_never_improves_says_so_and_claims_no_model(data, denoiser, tmp_path, command, stage):
+    """A run that diverges (validation loss nan from its first epoch) ends in one line and exit code 1, and no
+    model.pt, in its folder or a stage's; it does not claim one (bart and backtranslation: in their first stage)."""
+    command += ["--denoiser", denoiser[0]] * (stage == "frozen")
+    result = script(*command, "--preset", "smoke", "--data", data, "--out", tmp_path, "--lr", "1e6", "--lr-schedule",
+                    "constant", "--warmup-steps", "0")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines()[-1] == f"{command[0]}: no epoch had a finite validation loss (the last: nan), " \
+        f"so {tmp_path / stage} holds no model.pt: a lower --lr may help"
+    assert "Traceback" not in result.stderr and "->" not in result.stdout
+    assert not glob.glob(str(tmp_path / "**" / "model.pt"), recursive=True)
+
+
+def test_a_resume_goes_on_with_what_the_last_resume_changed(data, denoiser, tmp_path):
+    """Composed keeps its epoch 0 here, so model.pt holds the settings of the first run and last.pt those of the
+    resume that changed --epochs (a change a resume may make): the next --resume goes on with the latter."""
+    f = tmp_path / "f.pt"
+    torch.save({**torch.load(denoiser[0], weights_only=False), "role": "predictor"}, f)  # Pi's weights as f
+    flags = ["--method", "composed", "--preset", "smoke", "--data", data, "--denoiser", denoiser[0], "--init", f,
+             "--out", tmp_path / "run", "--lr", "1e-9", "--lr-schedule", "constant"]  # (no epoch beats epoch 0)
+    for more in (["--epochs", "1"], ["--epochs", "2", "--resume"]):
+        assert script("finetune.py", *flags, *more).returncode == 0
+    kept, last = (common.load_checkpoint(str(tmp_path / "run" / name)) for name in ("model.pt", "last.pt"))
+    assert (kept["epoch"], kept["args"]["epochs"], last["args"]["epochs"]) == (0, 1, 2)
+    again = script("finetune.py", *flags, "--resume")
+    assert again.returncode == 0, again.stderr
+    assert "epochs=2," in again.stderr.split("settings: ")[1].splitlines()[0]
 
 
 def test_composed_resumes_only_against_the_pi_it_trained_against(data, denoiser, tmp_path):
