@@ -1,86 +1,53 @@
-"""Shared pieces of composed-finetuning: everything the scripts have in common.
+"""The method of Composed Fine-Tuning (Xie, Liang, Ma, ICML 2021), to read top to bottom and copy with torch alone.
 
-Table of contents
-  1. Tokenizer and data files   sentencepiece BPE over the joined source/output vocabulary; data folders, kept
-  2. Transformer                the encoder-decoder: encode, decode (teacher forcing), generate; then greedy
-                                translation and Pi's repairs (translate, denoise)
-     2b. Fast decoding          optional reading: generate's cache, fixed-shape steps and CUDA graph, which must
-                                decode as the plain decoder does (re-running decode over the prefix); decode_step
-                                draws each token (composed training's samples y' too)
-  3. U-Net                      the image denoiser of the font experiment (fonts.py)
-  4. Corruptions                noise for denoiser pre-training: code-based, random deletions, SMILES edits, any
-                                task's piece edits; RDKit's canonical SMILES, the molecules' judge
-  5. Checkpoints, run folders   self-contained model files; a finished run is never replaced unasked; resume:
-     and resume                 what a resumed run keeps and how it is restored
-  6. Settings and the method's  what every preset shares (the presets' columns, the architecture, AdamW's betas, ...)
-     losses                     and Eq. 1's settings (EQ1), just above Eq. 1 (composed_loss); the REINFORCE baseline,
-                                the reward's log-likelihood, the estimators; the validation criteria that keep an epoch
-  7. Training loop              fit() with early stopping, just below those criteria; each epoch's batches, made ahead
-                                in a worker; one epoch's steps, from a batch to the optimizer's step; schedules, bf16;
-                                no waiting on a GPU
-  8. Command line               flags with the preset's (or a resumed run's) values, one-line errors, progress
+  1. Tokenizer and data     one sentencepiece vocabulary for inputs and outputs; text files of one example a line
+  2. Transformer            the encoder-decoder: encode, decode (teacher forcing), generate with a key/value cache
+  3. U-Net                  the image denoiser of the font experiment (fonts.py)
+  4. Corruptions            the noises a denoiser Pi learns to undo
+  5. Eq. 1                  composed fine-tuning's loss: REINFORCE through the frozen Pi, plus the direct term
+  6. Validation             the criteria that pick the epoch a run keeps
+  7. The training loop      batches, the learning rate set by hand, one epoch, fit
 
-The judge (compile and run programs, safely and in batches) is judge.py, a module of its own; what only
-SPoC needs (its noise and test cases) is in spoc.py.
+Every function here takes modules, tensors and plain values. The run machinery (flags, presets, run folders,
+checkpoints, resume, devices, CUDA graphs) is harness.py's; the C++ judge is judge.py's.
 """
-
-import argparse
-import ctypes
-import glob
 import io
-import itertools
-import json
 import math
 import os
 import random
 import re
-import shutil
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
 import sentencepiece
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import judge
-
 
 class UsageError(Exception):
-    """Bad input from the user (a missing file, a checkpoint that is not one, ...): the scripts
-    print its message on one line and exit with code 2."""
-
-
-class TrainingFailed(Exception):
-    """A run that trained but kept no model (no epoch had a finite validation loss): one line and exit code 1."""
+    """Bad input from the user (a missing file, a checkpoint that is not one): one line, exit code 2."""
 
 
 # ============================================================================
-# 1. Tokenizer and data files
+# 1. Tokenizer and data
 # ============================================================================
 
-# Pseudocode and code share one vocabulary. Id 0 is padding; the rest are sentencepiece's usual specials.
+# Inputs and outputs share one vocabulary. Id 0 is padding; the rest are sentencepiece's usual specials.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-# The statement separator, the block indentation and the pseudocode's indentation word are always one
-# piece each ("▁" is sentencepiece's word-initial space), so a model sees program structure directly.
-STRUCTURE_PIECES = ["▁$", "▁~", "▁TAB"]
-# Decoders never output these: an output's ids are then exactly the tokens that were chosen, which
-# keeps the REINFORCE log-probabilities of sampled outputs exact.
+# Decoders never output these, so an output's ids are exactly the tokens chosen (and REINFORCE's log-probabilities of
+# sampled outputs exact).
 NEVER_GENERATED = [PAD_ID, BOS_ID]
-DATA_MAKERS = "make_sanstype.py, make_spoc.py, make_molecules.py or make_task.py"  # each writes a data folder
+# The statement separator, the block indentation and the pseudocode's indentation word are one piece each ("▁" is
+# sentencepiece's word-initial space), so that a model sees a program's structure directly.
+STRUCTURE_PIECES = ["▁$", "▁~", "▁TAB"]
 
 
 def train_tokenizer(lines: list[str], vocab_size: int, split_digits: bool = False) -> bytes:
-    """Train a BPE model on text lines of vocab_size pieces, or as many as the lines support, and say how many; return
-    the model file's bytes. One thread and every sentence used (no
-    sampling), so the same lines give the same bytes. split_digits: every digit a piece of its own (a task's
-    numbers; BPE would otherwise merge a number's last digits with what follows, and a model could not copy them)."""
+    """A BPE model's bytes, of vocab_size pieces or as many as the lines support (said so); the same lines give the
+    same bytes. split_digits: each digit a piece of its own, so that a model can copy numbers."""
     def train(size):
         model = io.BytesIO()
         sentencepiece.SentencePieceTrainer.train(
@@ -101,116 +68,40 @@ def train_tokenizer(lines: list[str], vocab_size: int, split_digits: bool = Fals
     return model
 
 
-def load_tokenizer(model_bytes):
-    """A SentencePieceProcessor from model bytes (as stored in spm.model and in every checkpoint)."""
+def load_tokenizer(model_bytes: bytes):
     return sentencepiece.SentencePieceProcessor(model_proto=model_bytes)
 
 
-def write_lines(path: str, lines):
-    """One line per item, written to a temporary file first so a kill never leaves half a file."""
-    with open(path + ".tmp", "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(line + "\n" for line in lines)
-    os.replace(path + ".tmp", path)
-
-
 def read_lines(path: str) -> list[str]:
-    """The lines of a text file of a data folder (one example a line); a final newline does not make an extra empty
-    line."""
-    if not os.path.isfile(path):
-        raise UsageError(f"missing file: {path}")
+    """A text file's lines, one example each (a final newline makes no extra line)."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().split("\n")
+    except FileNotFoundError:
+        raise UsageError(f"missing file: {path}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not UTF-8 text") from None
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 
-def read_tokenizer_bytes(data_dir: str) -> bytes:
-    """The bytes of a data folder's spm.model, checked to be a sentencepiece model."""
-    path = os.path.join(data_dir, "spm.model")
-    if not os.path.isfile(path):
-        raise UsageError(f"missing {path}: make the data with {DATA_MAKERS}")
-    with open(path, "rb") as f:
-        model = f.read()
-    try:
-        if not model:  # parses as an empty model, about which sentencepiece then logs three lines at every use
-            raise RuntimeError
-        load_tokenizer(model)
-    except RuntimeError:  # sentencepiece's parse errors name neither the file nor a way on
-        raise UsageError(f"{path} is not a sentencepiece model: make the data again with {DATA_MAKERS}") from None
-    return model
-
-
-# Every data folder names its dataset in dataset.json (each make_*.py writes it), so that the
-# later stages pick its presets, noise and judge by name.
-DATASETS = ("sanstype", "spoc", "molecules", "task")  # task: a folder make_task.py made from a user's pairs
-
-
-def write_manifest(data_dir: str, dataset: str, **facts):
-    with open(os.path.join(data_dir, "dataset.json"), "w", encoding="utf-8") as f:
-        json.dump({"dataset": dataset, **facts}, f, indent=1)
-
-
-def claim_data_folder(out: str, overwrite: bool, holds: str = "dataset.json"):
-    """Make sure a script that writes a data folder may write to `out`, before any work and creating nothing: refuse
-    one that cannot be written, or one that holds data (its `holds` file) unless told to --overwrite it: the runs
-    trained on that data would no longer match it."""
-    check_writable(out)
-    if os.path.exists(os.path.join(out, holds)) and not overwrite:
-        raise UsageError(f"--out {out}: there is data there already ({holds}); --overwrite replaces it, or name "
-                         "another folder")
-
-
-def read_manifest(data_dir: str) -> dict:
-    """A data folder's dataset.json: the dataset it holds (one of DATASETS) and what made it (for SansType,
-    authors_splits: the splits taken from the authors' release)."""
-    if os.path.isfile(data_dir):  # --data names a folder: a file of it (data/sanstype/train.src) is a likely slip
-        raise UsageError(f"--data {data_dir} is a file: name the data folder that holds it "
-                         f"({os.path.dirname(data_dir) or '.'})")
-    path = os.path.join(data_dir, "dataset.json")
-    if not os.path.isfile(path):
-        raise UsageError(f"missing {path}: make the data with {DATA_MAKERS}")
-    try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
-        dataset = manifest["dataset"]
-    except (ValueError, KeyError, TypeError):
-        raise UsageError(f"{path} is not a manifest written by {DATA_MAKERS}") from None
-    if dataset not in DATASETS:
-        raise UsageError(f"{path} names an unknown dataset {dataset!r} (known: {', '.join(DATASETS)})")
-    return manifest
-
-
-def read_dataset(data_dir: str) -> str:
-    """The dataset a data folder holds: one of DATASETS."""
-    return read_manifest(data_dir)["dataset"]
-
-
-def valid_outputs(data_dir: str, outputs: list[str]) -> list[bool] | None:
-    """A task's own validity check (make_task.py --valid-command) on outputs; None where the task has none."""
-    command = read_manifest(data_dir).get("valid_command")
-    if not command:
-        return None
-    try:
-        return judge.check_validity(command, outputs, data_dir)
-    except ValueError as error:
-        raise UsageError(f"{data_dir}/dataset.json: {error}") from None
+def write_lines(path: str, lines):
+    """One line per item, through a temporary file, so that a kill never leaves half a file."""
+    with open(path + ".tmp", "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(line + "\n" for line in lines)
+    os.replace(path + ".tmp", path)
 
 
 # ============================================================================
 # 2. Transformer
 # ============================================================================
-# The encoder-decoder of the paper's SansType models, as fairseq's `transformer` builds it: token embeddings
-# scaled by sqrt(d) plus sinusoidal positions, pre-norm layers (x + sublayer(LayerNorm(x)), and one more
-# LayerNorm after the last layer, as the authors ran fairseq), ReLU feed-forward, dropout on the residual
-# branches, the attention weights and after the ReLU, and one embedding matrix shared by the encoder, the
-# decoder and the output projection (one joined vocabulary).
+# The encoder-decoder of the paper's SansType models, as fairseq's `transformer` builds it: token embeddings scaled by
+# sqrt(d) plus sinusoidal positions, pre-norm layers and one more LayerNorm after the last, ReLU feed-forward, dropout
+# on the residual branches, the attention weights and after the ReLU, and one embedding matrix shared by the encoder,
+# the decoder and the output projection.
 
 @dataclass
 class TransformerConfig:
-    """The Transformer's sizes and dropouts. A run's are config_from_args' (its preset's); these defaults, the paper
-    preset's, serve the tests and benches."""
+    """The sizes and dropouts (these defaults: the paper preset's)."""
     vocab_size: int
     d_model: int = 256
     n_heads: int = 2
@@ -220,7 +111,7 @@ class TransformerConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.2
     activation_dropout: float = 0.2
-    max_positions: int = 2048  # SPoC's unfiltered test programs reach 1100 pieces
+    max_positions: int = 2048  # SPoC's longest test programs
 
 
 def linear(d_in: int, d_out: int) -> nn.Linear:
@@ -238,20 +129,17 @@ def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Multi-head attention. In decoding, `cache` holds keys and values kept across steps (start_decoding): a
-    cross-attention cache the encoder output's, projected once; a self-attention cache has a slot for every
-    position from the start, and x's keys and values go into theirs (`position`), so no step changes a shape."""
+    """Multi-head attention. Decoding reads keys and values from a cache: the encoder's, projected once, or its own,
+    this step's written at `position` into a slot allocated up front (no step changes a shape)."""
 
     def __init__(self, d_model: int, n_heads: int, dropout: float):
         super().__init__()
         self.n_heads, self.dropout = n_heads, dropout
         self.q, self.k, self.v, self.out = (linear(d_model, d_model) for _ in range(4))
 
-    def split_heads(self, x):  # (B, T, D) -> (B, H, T, D/H)
-        return x.view(x.shape[0], x.shape[1], self.n_heads, -1).transpose(1, 2)
-
     def forward(self, x, context, mask, cache=None, position=None):
-        q = self.split_heads(self.q(x))
+        heads = lambda t: t.view(t.shape[0], t.shape[1], self.n_heads, -1).transpose(1, 2)  # noqa: E731 (B, H, T, D/H)
+        q = heads(self.q(x))
         if cache is None:
             k, v = self.k(context), self.v(context)
         else:
@@ -259,59 +147,38 @@ class Attention(nn.Module):
                 cache["k"].index_copy_(1, position, self.k(x))
                 cache["v"].index_copy_(1, position, self.v(x))
             k, v = cache["k"], cache["v"]
-        k, v = self.split_heads(k), self.split_heads(v)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+        y = F.scaled_dot_product_attention(q, heads(k), heads(v), attn_mask=mask,
+                                           dropout_p=self.dropout if self.training else 0.0)
         return self.out(y.transpose(1, 2).reshape(x.shape))
 
 
-class FeedForward(nn.Module):
-    def __init__(self, d_model: int, d_ff: int, activation_dropout: float):
+class Layer(nn.Module):
+    """A pre-norm layer, each sublayer as x + dropout(sublayer(LayerNorm(x))): self-attention (the decoder's causal),
+    in the decoder attention to the encoder's output, then feed-forward."""
+
+    def __init__(self, c: TransformerConfig, decoder: bool):
         super().__init__()
-        self.fc1, self.fc2, self.activation_dropout = linear(d_model, d_ff), linear(d_ff, d_model), activation_dropout
-
-    def forward(self, x):
-        return self.fc2(F.dropout(F.relu(self.fc1(x)), self.activation_dropout, self.training))
-
-
-class EncoderLayer(nn.Module):
-    """Self-attention, then feed-forward; each as x = x + dropout(sublayer(LayerNorm(x)))."""
-
-    def __init__(self, c: TransformerConfig):
-        super().__init__()
-        self.attention = Attention(c.d_model, c.n_heads, c.attention_dropout)
-        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation_dropout)
-        self.attention_norm, self.ffn_norm = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
+        self.self_attention = Attention(c.d_model, c.n_heads, c.attention_dropout)
+        self.cross_attention = Attention(c.d_model, c.n_heads, c.attention_dropout) if decoder else None
+        self.ffn = nn.Sequential(linear(c.d_model, c.d_ff), nn.ReLU(), nn.Dropout(c.activation_dropout),
+                                 linear(c.d_ff, c.d_model))
+        self.self_norm, self.ffn_norm = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
+        self.cross_norm = nn.LayerNorm(c.d_model) if decoder else None
         self.dropout = c.dropout
 
-    def forward(self, x, mask):
-        y = self.attention_norm(x)
-        x = x + F.dropout(self.attention(y, y, mask), self.dropout, self.training)
+    def forward(self, x, mask, memory=None, memory_mask=None, cache=None, position=None):
+        y = self.self_norm(x)
+        y = self.self_attention(y, y, mask, cache and cache["self"], position)
+        x = x + F.dropout(y, self.dropout, self.training)
+        if self.cross_attention is not None:
+            y = self.cross_attention(self.cross_norm(x), memory, memory_mask, cache and cache["cross"])
+            x = x + F.dropout(y, self.dropout, self.training)
         return x + F.dropout(self.ffn(self.ffn_norm(x)), self.dropout, self.training)
 
 
-class DecoderLayer(nn.Module):
-    """Causal self-attention, attention to the encoder's output, then feed-forward."""
-
-    def __init__(self, c: TransformerConfig):
-        super().__init__()
-        self.self_attention = Attention(c.d_model, c.n_heads, c.attention_dropout)
-        self.cross_attention = Attention(c.d_model, c.n_heads, c.attention_dropout)
-        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation_dropout)
-        self.self_norm, self.cross_norm, self.ffn_norm = (nn.LayerNorm(c.d_model) for _ in range(3))
-        self.dropout = c.dropout
-
-    def forward(self, x, self_mask, memory, memory_mask, cache=None, position=None):
-        def drop(y):
-            return F.dropout(y, self.dropout, self.training)
-        y = self.self_norm(x)
-        x = x + drop(self.self_attention(y, y, self_mask, cache and cache["self"], position))
-        x = x + drop(self.cross_attention(self.cross_norm(x), memory, memory_mask, cache and cache["cross"]))
-        return x + drop(self.ffn(self.ffn_norm(x)))
-
-
 class Decoded(NamedTuple):
-    """A decoded batch. tokens (B, T): each row's chosen ids, with EOS where it chose one and PAD after it;
-    lengths (B,): the ids before EOS (max_len: cut there, EOS never chosen)."""
+    """A decoded batch: tokens (B, T), each row's ids, EOS where it chose one, PAD after; lengths (B,), the ids
+    before EOS (max_len where it never chose one)."""
     tokens: torch.Tensor
     lengths: torch.Tensor
 
@@ -321,189 +188,99 @@ class Transformer(nn.Module):
         super().__init__()
         c = self.config = config
         self.embed = nn.Embedding(c.vocab_size, c.d_model, padding_idx=PAD_ID)
-        # N(0, 1/d) times sqrt(d): unit-size inputs, and logits (through the same matrix) of a
-        # sensible size. N(0, 1) times sqrt(d) blows both up and the model never learns to attend.
+        # N(0, 1/d) times sqrt(d): unit-size inputs and logits of a sensible size (N(0, 1) blows both up).
         nn.init.normal_(self.embed.weight, std=c.d_model ** -0.5)
         nn.init.zeros_(self.embed.weight[PAD_ID])
         self.register_buffer("positions", sinusoidal_positions(c.max_positions, c.d_model), persistent=False)
-        self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
+        self.encoder = nn.ModuleList(Layer(c, decoder=False) for _ in range(c.encoder_layers))
+        self.decoder = nn.ModuleList(Layer(c, decoder=True) for _ in range(c.decoder_layers))
         # Pre-norm layers add to an un-normalised residual stream: each stack ends with one LayerNorm.
         self.encoder_norm, self.decoder_norm = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
-        self.cuda_graphs = {}  # CUDA graphs of decode_step by shape (cuda_graph_decoder); not part of the model
+        self.graph_decoding = None  # on a GPU, harness.py's decoding by captured steps, which generate then uses
 
     def embed_tokens(self, tokens, positions=None, one_hot=None):
-        """Token embeddings plus sinusoidal positions (default: 0..T-1). one_hot: the same tokens as rows (B, T, V)
-        that may carry a gradient (the straight-through estimators' input to the denoiser); their product with the
-        embedding matrix is the lookup when they are one-hot."""
+        """Embeddings plus positions; one_hot: the tokens as (B, T, V) rows, as straight-through feeds Pi y'."""
         vectors = self.embed(tokens) if one_hot is None else one_hot @ self.embed.weight
         positions = self.positions[:tokens.shape[1]] if positions is None else positions
         return F.dropout(vectors * math.sqrt(self.config.d_model) + positions, self.config.dropout, self.training)
 
     def encode(self, src, one_hot=None):
-        """src (B, S) token ids, PAD-padded (and optionally as one-hot rows, embed_tokens) -> (memory (B, S, D),
-        its mask (B, 1, 1, S))."""
-        mask = (src != PAD_ID)[:, None, None, :]  # True where a key may be attended to
+        """src (B, S) PAD-padded ids -> (memory (B, S, D), its mask (B, 1, 1, S): True where a key may be read)."""
+        mask = (src != PAD_ID)[:, None, None, :]
         x = self.embed_tokens(src, one_hot=one_hot)
         for layer in self.encoder:
             x = layer(x, mask)
         return self.encoder_norm(x), mask
 
     def decode(self, tgt_in, memory, memory_mask):
-        """Logits (B, T, V) for the next token at every position of tgt_in (B, T): teacher forcing."""
+        """Logits (B, T, V) of the next token at every position of tgt_in (B, T): teacher forcing."""
         T = tgt_in.shape[1]
         causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).tril()
         x = self.embed_tokens(tgt_in)
         for layer in self.decoder:
             x = layer(x, causal, memory, memory_mask)
-        return self.output_logits(x)
-
-    def output_logits(self, x):
         return self.decoder_norm(x) @ self.embed.weight.T  # the output projection shares the embeddings
 
     def forward(self, src, tgt_in):
         return self.decode(tgt_in, *self.encode(src))
 
     @torch.no_grad()
-    def generate(self, src, max_len: int = 200, sample: bool = False, repeat: int = 1) -> Decoded:
-        """Greedy (or, with sample=True, ancestral) decoding of a batch, each row stopping at EOS or after max_len
-        tokens; `repeat` rows per source (one after another, the source encoded once); how the steps run is 2b. A GPU
-        is asked whether every row has finished every FINISHED_CHECK steps, never when sampling (composed training's
-        y'), so that the host queues the rest of the training step while the GPU samples (finished rows add PAD)."""
+    def generate(self, src, max_len: int = 200, sample: bool = False) -> Decoded:
+        """Greedy (sample=True: ancestral) decoding, each row until EOS or max_len tokens, a token a step."""
         memory, memory_mask = self.encode(src)
-        memory, memory_mask = memory.repeat_interleave(repeat, 0), memory_mask.repeat_interleave(repeat, 0)
-        if src.is_cuda:
-            state, step = cuda_graph_decoder(self, memory, memory_mask, max_len, sample)
-        else:
-            state = start_decoding(self, memory, memory_mask, max_len, sample)
-            step = lambda: decode_step(self, state, written=steps + 1)  # noqa: E731
-        steps = 0
-        while steps < max_len:
-            step()
-            steps += 1
-            if src.is_cuda:
-                if not sample and steps % FINISHED_CHECK == 0 and state.done.all():
-                    break
-            elif state.done.all():
+        if self.graph_decoding is not None:
+            return self.graph_decoding(self, memory, memory_mask, max_len, sample)
+        s, step = start_decoding(self, memory, memory_mask, max_len, sample), 0
+        for step in range(1, max_len + 1):
+            decode_step(self, s, written=step)
+            finished = s.done[s.rows]
+            if finished.all():
                 break
-            elif 4 * state.done[state.rows].sum() >= len(state.rows):
-                drop_finished_rows(state)
-        tokens = state.tokens[:, 1:steps + 1].clone()  # (a copy: a CUDA graph's buffers serve the next batch)
-        lengths = torch.where(state.done, (tokens == EOS_ID).int().argmax(dim=1), max_len)
-        return Decoded(tokens, lengths)
+            if 4 * finished.sum() >= len(s.rows):  # shed the finished rows, a quarter at a time: a step costs by its
+                going = ~finished                   # rows, and shedding, which copies each cache, about a step
+                s.rows, s.memory_mask = s.rows[going], s.memory_mask[going]
+                for cache in s.caches:
+                    for part in cache.values():
+                        part["k"], part["v"] = part["k"][going], part["v"][going]
+        tokens = s.tokens[:, 1:step + 1]
+        return Decoded(tokens, torch.where(s.done, (tokens == EOS_ID).int().argmax(dim=1), max_len))
 
-
-def never_generated_mask(like, vocab_size: int):
-    """(V,): True at the ids decoders never output (NEVER_GENERATED), on the device of the tensor `like`."""
-    ids = torch.arange(vocab_size, device=like.device)
-    return (ids == PAD_ID) | (ids == BOS_ID)
-
-
-def max_output_length(model, src) -> int:
-    """Where decoding gives up on a batch: code is about 1.2x as long as its pseudocode."""
-    return min(2 * src.shape[1] + 10, model.config.max_positions)
-
-
-def as_lists(decoded: Decoded) -> list[list[int]]:
-    """Each row's ids before EOS, as Python lists (for the tokenizer): a host synchronisation."""
-    return [row[:n] for row, n in zip(decoded.tokens.tolist(), decoded.lengths.tolist())]
-
-
-def with_eos(decoded: Decoded):
-    """(B, T + 1): each row's ids, then EOS (also after a cut one), PAD after: a decoded batch as a source."""
-    return F.pad(decoded.tokens, (0, 1), value=PAD_ID).scatter(1, decoded.lengths[:, None], EOS_ID)
-
-
-@torch.no_grad()
-def translate(model, tokenizer, texts: list[str], batch_size: int, progress: bool = False) -> list[str]:
-    """Greedy outputs of a seq2seq model for a list of texts (the paper decodes greedily), decoded in
-    batches of similar source length (less padding) and returned in input order."""
-    device = next(model.parameters()).device
-    model.eval()
-    sources = tokenizer.encode(texts)
-    order = sorted(range(len(texts)), key=lambda i: len(sources[i]))
-    outputs = [""] * len(texts)
-    meter = Progress(len(texts), "decoding") if progress else None
-    for start in range(0, len(order), batch_size):
-        chosen = order[start:start + batch_size]
-        src = pad([sources[i] + [EOS_ID] for i in chosen]).to(device)
-        ids = as_lists(model.generate(src, max_len=max_output_length(model, src)))
-        for i, text in zip(chosen, tokenizer.decode(ids)):
-            outputs[i] = text
-        if meter:
-            meter.step(len(chosen))
-    return outputs
-
-
-def denoise(denoiser, tokenizer, programs: list[str], batch_size: int, error_free: Callable | None = None,
-            progress: bool = False) -> list[str]:
-    """Pi(y') for each program: the denoiser's greedy repair. With an error detector
-    g (SPoC, Appendix E: Pi(y') = y' where g(y') = 0, else argmax_y p_nu(y | y')), error_free(programs)
-    says which programs g passes, and only the others are repaired."""
-    passed = error_free(programs) if error_free else [False] * len(programs)
-    flagged = [program for program, ok in zip(programs, passed) if not ok]
-    repaired = iter(translate(denoiser, tokenizer, flagged, batch_size, progress=progress))
-    return [program if ok else next(repaired) for program, ok in zip(programs, passed)]
-
-
-# ----------------------------------------------------------------------------
-# 2b. Fast decoding (optional reading, but for decode_step's draw of each token): how generate decodes quickly, with
-#     a key/value cache, steps of fixed shapes and, on a GPU, a CUDA graph. It must decode exactly as the plain
-#     decoder, which re-runs Transformer.decode over the whole prefix at every step (tests/test_transformer.py's
-#     rerun_decoder).
-# ----------------------------------------------------------------------------
 
 @dataclass
 class Decoding:
-    """One batch's decoding, every tensor allocated at its full size at the start (start_decoding), so that each
-    step (decode_step) has the same shapes and CUDA can capture it (cuda_graph_decoder)."""
-    tokens: torch.Tensor        # (B, max_len + 1): BOS, then each step's choice; PAD after a row's EOS
-    done: torch.Tensor          # (B,) bool: the row has chosen EOS
-    position: torch.Tensor      # (1,) the position the next step reads (a tensor: a captured step reads it anew)
-    rows: torch.Tensor          # (R,) the rows the steps decode: all B on a GPU; on the CPU finished ones leave
-    caches: list                # per decoder layer, for those rows: {"self": {"k", "v"} (R, max_len, D),
-                                #                                     "cross": {"k", "v"} (R, S, D)}
-    memory_mask: torch.Tensor   # (R, 1, 1, S)
-    never_generated: torch.Tensor  # (V,) True at the ids decoders never output (NEVER_GENERATED)
-    sample: bool                # draw from the distribution (else: its most likely token)
+    """One batch's decoding, each buffer allocated at its full size (start_decoding), advanced by decode_step."""
+    tokens: torch.Tensor       # (B, max_len + 1): BOS, then each step's choice; PAD after a row's EOS
+    done: torch.Tensor         # (B,) bool: the row has chosen EOS
+    position: torch.Tensor     # (1,) the position the next step reads (a tensor: a CUDA graph reads it anew)
+    rows: torch.Tensor         # (R,) the rows still decoded (the CPU sheds finished ones)
+    caches: list               # per decoder layer, for those rows: {"self": {"k", "v"} (R, max_len, D),
+                               #                                     "cross": {"k", "v"} (R, S, D)}
+    memory_mask: torch.Tensor  # (R, 1, 1, S)
+    never_generated: torch.Tensor  # (V,) True at NEVER_GENERATED's ids
+    sample: bool
 
 
 def start_decoding(model, memory, memory_mask, max_len: int, sample: bool) -> Decoding:
-    """A decoding's state, every buffer at its full size; restart_decoding fills it."""
-    B, D = memory.shape[0], model.config.d_model
+    """A decoding's state at its first step: BOS in every row, the encoder's keys and values projected once."""
+    B, D, device = memory.shape[0], model.config.d_model, memory.device
     caches = []
     for layer in model.decoder:
         cross = {"k": layer.cross_attention.k(memory), "v": layer.cross_attention.v(memory)}
         # zeros, not empty: a slot not yet written is masked, but NaN garbage would still poison the softmax
         caches.append({"cross": cross, "self": {name: cross[name].new_zeros(B, max_len, D) for name in "kv"}})
-    state = Decoding(tokens=memory.new_empty(B, max_len + 1, dtype=torch.long),
-                     done=memory.new_empty(B, dtype=torch.bool),
-                     position=memory.new_empty(1, dtype=torch.long), rows=torch.arange(B, device=memory.device),
-                     caches=caches,
-                     memory_mask=memory_mask.clone(),
-                     never_generated=never_generated_mask(memory, model.config.vocab_size), sample=sample)
-    return restart_decoding(model, state, memory, memory_mask)
-
-
-def restart_decoding(model, state: Decoding, memory, memory_mask) -> Decoding:
-    """Set a decoding's state, in place, to the start of a new batch of the same shapes."""
-    state.tokens.fill_(PAD_ID)
-    state.tokens[:, 0] = BOS_ID
-    state.done.zero_()
-    state.position.zero_()
-    state.memory_mask.copy_(memory_mask)
-    for layer, cache in zip(model.decoder, state.caches):
-        cache["cross"]["k"].copy_(layer.cross_attention.k(memory))
-        cache["cross"]["v"].copy_(layer.cross_attention.v(memory))
-    return state
+    tokens = torch.full((B, max_len + 1), PAD_ID, dtype=torch.long, device=device)
+    tokens[:, 0] = BOS_ID
+    never_generated = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)
+    never_generated[NEVER_GENERATED] = True
+    done, position = torch.zeros(B, dtype=torch.bool, device=device), torch.zeros(1, dtype=torch.long, device=device)
+    return Decoding(tokens, done, position, torch.arange(B, device=device), caches, memory_mask.clone(),
+                    never_generated, sample)
 
 
 def decode_step(model, s: Decoding, written: int | None = None):
-    """One more token for each of s.rows, in place: read the tokens at s.position, write each row's next one
-    after them (PAD once it has chosen EOS). No host synchronisation and no tensor made on the host, and with
-    written=None fixed shapes: CUDA can capture it whole. The new position attends to every self-attention
-    slot, those not yet written masked; on the CPU, `written` (the host counts the steps) restricts it to the
-    slots written so far, unmasked: half the work."""
+    """One more token for each of s.rows, in place (PAD once a row chose EOS), reading its cache's `written` slots."""
+    # written=None: every slot, those not yet written masked: fixed shapes and no host synchronisation, so that
+    # harness.py can capture the step in a CUDA graph.
     token = s.tokens.index_select(1, s.position)[s.rows]  # (R, 1)
     x = model.embed_tokens(token, model.positions[s.position])
     slots = s.caches[0]["self"]["k"].shape[1] if written is None else written
@@ -511,7 +288,7 @@ def decode_step(model, s: Decoding, written: int | None = None):
     for layer, cache in zip(model.decoder, s.caches):
         cache = {"self": {name: cache["self"][name][:, :slots] for name in "kv"}, "cross": cache["cross"]}
         x = layer(x, visible, None, s.memory_mask, cache, s.position)
-    logits = model.output_logits(x)[:, -1].float().masked_fill(s.never_generated, float("-inf"))
+    logits = (model.decoder_norm(x) @ model.embed.weight.T)[:, -1].float().masked_fill(s.never_generated, -math.inf)
     if s.sample:  # inverse-CDF draw: one uniform per row (torch.multinomial draws one per class)
         cdf = F.softmax(logits, dim=-1).cumsum(dim=-1)
         uniform = torch.rand(len(s.tokens), 1, device=cdf.device)[s.rows] * cdf[:, -1:]  # as many whoever is left
@@ -525,70 +302,58 @@ def decode_step(model, s: Decoding, written: int | None = None):
     s.done[s.rows] = done | (next_token == EOS_ID)
 
 
-def drop_finished_rows(s: Decoding):
-    """The CPU's decoding sheds its finished rows (their outputs stay in s.tokens): a step's cost grows with its rows.
-    Shedding copies every cache, which costs about a step, so generate sheds them once they are a quarter of it."""
-    going = ~s.done[s.rows]
-    s.rows, s.memory_mask = s.rows[going], s.memory_mask[going]
-    for cache in s.caches:
-        for part in cache.values():
-            part["k"], part["v"] = part["k"][going], part["v"][going]
+def output_length_limit(model, src, tgt_out=None) -> int:
+    """Where decoding gives up (code is about 1.2x its pseudocode), and composed_loss's samples 16 past the gold."""
+    longest = min(2 * src.shape[1] + 10, model.config.max_positions)
+    return longest if tgt_out is None else min(longest, tgt_out.shape[1] + 16)
 
 
-# On a GPU, a decoding step of the paper's model is ~200 small kernels, each launched from Python: decoding is bound
-# by the launches, not the arithmetic. A CUDA graph of the whole step replays them in one launch. A graph holds its
-# shapes, so a batch is padded up to a bucket (rows stay; sources and max_len round up to a multiple of
-# GRAPH_BUCKET), and a few graphs, captured once and kept with the model, serve every batch. FINISHED_CHECK: how
-# often generate asks the GPU whether every row has finished.
-GRAPH_BUCKET = 32
-FINISHED_CHECK = 8
+def as_lists(decoded: Decoded) -> list[list[int]]:
+    """Each row's ids before EOS, as lists (for the tokenizer)."""
+    return [row[:n] for row, n in zip(decoded.tokens.tolist(), decoded.lengths.tolist())]
 
 
-def cuda_graph_decoder(model, memory, memory_mask, max_len: int, sample: bool):
-    """(state, step) for Transformer.generate on CUDA: a decoding state of the bucket's shapes, restarted with this
-    batch, and step() replaying the captured decode_step."""
-    S, L = (-(-n // GRAPH_BUCKET) * GRAPH_BUCKET for n in (memory.shape[1], max_len))
-    memory = F.pad(memory, (0, 0, 0, S - memory.shape[1]))  # extra source positions: zeros, masked
-    memory_mask = F.pad(memory_mask, (0, S - memory_mask.shape[-1]), value=False)
-    key = (memory.shape[0], S, L, sample, model.training, torch.is_autocast_enabled("cuda"))
-    if key not in model.cuda_graphs:
-        state = start_decoding(model, memory, memory_mask, L, sample)
-        try:
-            step = capture_cuda_graph(lambda: decode_step(model, state)).replay
-        except RuntimeError as error:  # not expected; the same step uncaptured decodes the same, only slower
-            print(f"decoding: no CUDA graph ({str(error).splitlines()[0]}): one step at a time", file=sys.stderr)
-            step = lambda: decode_step(model, state)  # noqa: E731
-        model.cuda_graphs[key] = state, step
-    state, step = model.cuda_graphs[key]
-    restart_decoding(model, state, memory, memory_mask)
-    return state, step
+def with_eos(decoded: Decoded):
+    """(B, T + 1): each row's ids, then EOS (also after a cut one), PAD after: a decoded batch as a source."""
+    return F.pad(decoded.tokens, (0, 1), value=PAD_ID).scatter(1, decoded.lengths[:, None], EOS_ID)
 
 
-def capture_cuda_graph(step):
-    """A CUDA graph of step(): one run on a side stream first (lazy initialisations must not happen in a capture), as
-    torch.cuda.graph asks; under autocast with its cast cache off (cached casts would not outlive the capture); only
-    this thread's calls checked (no other thread of the process should use the GPU meanwhile)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"), torch.autocast(
-            "cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"),
-            cache_enabled=False):
-        step()
-    return graph
+@torch.no_grad()
+def translate(model, tokenizer, texts: list[str], batch_size: int, progress=None) -> list[str]:
+    """Greedy outputs for texts (the paper decodes greedily), in batches of similar length, in input order;
+    progress(n) is told of each n decoded."""
+    device = next(model.parameters()).device
+    model.eval()
+    sources = tokenizer.encode(texts)
+    order = sorted(range(len(texts)), key=lambda i: len(sources[i]))
+    outputs = [""] * len(texts)
+    for start in range(0, len(order), batch_size):
+        chosen = order[start:start + batch_size]
+        src = pad([sources[i] + [EOS_ID] for i in chosen]).to(device)
+        for i, text in zip(chosen, tokenizer.decode(as_lists(model.generate(src, output_length_limit(model, src))))):
+            outputs[i] = text
+        if progress:
+            progress(len(chosen))
+    return outputs
+
+
+def denoise(denoiser, tokenizer, outputs: list[str], batch_size: int, error_free=None, progress=None) -> list[str]:
+    """Pi(y') for each output: the denoiser's greedy repair. With an error detector g (SPoC, Appendix E: Pi(y') = y'
+    where g passes y'), error_free(outputs) says which g passes, and only the others are repaired."""
+    passed = error_free(outputs) if error_free else [False] * len(outputs)
+    flagged = [output for output, ok in zip(outputs, passed) if not ok]
+    repaired = iter(translate(denoiser, tokenizer, flagged, batch_size, progress))
+    return [output if ok else next(repaired) for output, ok in zip(outputs, passed)]
 
 
 # ============================================================================
 # 3. U-Net
 # ============================================================================
-# The denoiser Pi of the font experiment (Section 6.3): a 3-level U-Net (Ronneberger et al., 2015) from a
-# 1x32x32 image in [-1, 1] to another. Stride-2 convolutions go down 32 -> 16 -> 8 -> 4; transposed ones come
-# back up, each concatenated with the encoder map of its size (skip connections: fine strokes bypass the
-# bottleneck). As in the authors' code, no convolution has a bias and the output is drawn from the 16x16
-# features alone, so Pi cannot copy its input pixel by pixel: it must redraw f(x) as a glyph. width=64 is theirs.
+# The denoiser Pi of the font experiment (Section 6.3): a 3-level U-Net (Ronneberger et al., 2015) from a 1x32x32
+# image in [-1, 1] to another. Stride-2 convolutions go down 32 -> 16 -> 8 -> 4; transposed ones come back up, each
+# concatenated with the encoder map of its size (fine strokes bypass the bottleneck). As in the authors' code, no
+# convolution has a bias and the output is drawn from the 16x16 features alone, so Pi cannot copy its input pixel by
+# pixel: it must redraw f(x) as a glyph. width=64 is theirs.
 
 def unet_down(c_in, c_out, norm=True, dropout=0.0):
     """Halve the resolution: 4x4 convolution with stride 2."""
@@ -633,12 +398,10 @@ class UNet(nn.Module):
 # ============================================================================
 # 4. Corruptions
 # ============================================================================
-# Noise for pre-training the denoiser: on SansType code, statement by statement (`$`-separated), the code noise as the
-# authors' generator draws it, and random deletions; then any task's piece edits and SMILES edits. Functions of (output,
-# rng) and the noise's own parameter (the piece edits also of the tokenizer; CORRUPTIONS calls each as (output, rng,
-# args, tokenizer)), so every epoch can draw fresh, reproducible noise. A new noise: its function here (or in a module
-# of its own, as SPoC's in spoc.py), its entry in train_denoiser.CORRUPTIONS and, for a dataset's own noise, its
-# DATASET_CHANGES entry there.
+# The noises a denoiser learns to undo: SansType's code noise, statement by statement (` $ `-separated) as the authors'
+# generator draws it, and random deletions (Table 5); then any task's piece edits and the molecules' SMILES edits.
+# Each is a function of an output and a random.Random (and its own parameter), so that every epoch draws fresh,
+# reproducible noise; train_denoiser.CORRUPTIONS names them.
 CPP_TYPES = ("int", "string", "bool")
 CLEAN_PROBABILITY = 0.1  # every noise here leaves at least a tenth of the outputs as they are: Pi must also copy
 
@@ -839,336 +602,64 @@ def canonical_smiles(smiles: str) -> str | None:
 
 
 # ============================================================================
-# 5. Checkpoints, run folders and resume
+# 5. Eq. 1
 # ============================================================================
-# A checkpoint is one self-contained file: the model's config and weights, the tokenizer's
-# bytes and the arguments it was trained with, so that loading it needs no other file. Training
-# writes two: model.pt (the best epoch so far, with its validation loss, for the next stage) and
-# last.pt (the latest epoch with optimizer, step, random states and history, for --resume).
-# Both are written to a temporary file first and renamed, so a kill never leaves half a file.
+# Composed fine-tuning trains f = p_theta with the denoiser Pi = p_beta frozen, to maximise
+#
+#     E_{y' ~ p_theta(.|x)} [ log p_beta(y | y') ]  +  lambda * log p_theta(y | x)                    (Eq. 1)
+#
+# y' is discrete, so the first term's gradient needs an estimator (Section 3): REINFORCE, the paper's (Appendix D),
+# E[(log p_beta(y | y') - b) grad log p_theta(y' | x)] from one y' per input, the reward clamped at gamma; or
+# straight-through, Pi reading y' as one-hot rows that carry the gradient of f's softmax (Bengio et al., 2013).
 
-def load_checkpoint(path: str, needs=("config", "model", "spm")) -> dict:
-    if not os.path.isfile(path):
-        raise UsageError(f"no checkpoint at {path}" + f" (from {os.getcwd()})" * (not os.path.isabs(path)))
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # pickle, zip or torch errors: whatever it is, it is not ours
-        raise UsageError(f"{path} is not a checkpoint ({type(error).__name__})") from None
-    if not isinstance(checkpoint, dict):
-        raise UsageError(f"{path} is not a checkpoint of this project")
-    if any(key not in checkpoint for key in needs):
-        code, fonts = "the code experiments (train_denoiser.py, finetune.py)", "fonts.py"
-        if "kind" in checkpoint and "kind" not in needs:  # one of ours, of the other experiment
-            raise UsageError(f"{path} is a {checkpoint['kind']} checkpoint of {fonts}, not of {code}")
-        if "role" in checkpoint and "kind" in needs:
-            raise UsageError(f"{path} is a {checkpoint['role']} checkpoint of {code}, not of {fonts}")
-        raise UsageError(f"{path} is not a checkpoint of this project (it lacks {', '.join(needs)})")
-    return checkpoint
+#
+# composed_loss: weight * (first term) + lam * (direct term), each summed over tokens and divided by the batch's gold
+# tokens (fairseq's scale). Pi is frozen (eval mode). baseline b: the mean reward of the batch's other inputs ("batch")
+# or 0 ("none", the paper's). error_free: Pi's error detector g (SPoC, Appendix E), which passes a y' as it is. A batch
+# of inputs with no gold output (targets of one PAD each: finetune.py --unlabeled-inputs) has the first term alone,
+# rewarded by log p_beta(y' | y'): Pi's likelihood of leaving y' as it is.
 
-
-def model_from_checkpoint(checkpoint: dict, config: TransformerConfig | None = None) -> Transformer:
-    """The checkpoint's model, exactly as it was trained (evaluation) or built from `config` (load_model)."""
-    model = Transformer(config or TransformerConfig(**checkpoint["config"]))
-    model.load_state_dict(checkpoint["model"])
-    return model
-
-
-def load_model(path: str, spm: bytes, spm_path: str, role: str, config: TransformerConfig | None = None):
-    """(model, checkpoint), refusing a checkpoint of another role ("denoiser" or "predictor") or whose tokenizer
-    is not `spm`, the one in spm_path (the data's spm.model, or a model's checkpoint). With a config, the model is
-    built from it and takes only the checkpoint's weights: a fine-tuning stage trains with its own dropouts, not those
-    its starting point was trained with."""
-    checkpoint = load_checkpoint(path)
-    if checkpoint.get("role") != role:
-        raise UsageError(f"{path} is a {checkpoint.get('method', '')} {checkpoint.get('role', 'unknown')} "
-                         f"checkpoint, where a {role} is needed".replace("  ", " "))
-    if checkpoint["spm"] != spm:
-        raise UsageError(f"{path} and {spm_path} use different tokenizers: retrain one on the same data")
-    theirs, ours = checkpoint["config"], asdict(config) if config else checkpoint["config"]
-    architecture = ("vocab_size", "d_model", "n_heads", "encoder_layers", "decoder_layers", "d_ff")
-    differ = [f"{key} {theirs[key]} (this run: {ours[key]})" for key in architecture if theirs[key] != ours[key]]
-    if differ:
-        raise UsageError(f"{path} has {', '.join(differ)}: give this run its sizes (--layers, --d-model, ...)")
-    return model_from_checkpoint(checkpoint, config), checkpoint
-
-
-def chosen_denoiser(checkpoint: dict, flag: str | None, spm: bytes, spm_path: str):
-    """(denoiser, its checkpoint) to apply to a predictor's outputs, or (None, None): --denoiser's (none: no
-    denoiser), else a composed model's own (its checkpoint holds Pi: the model is Pi(f(x))), else none."""
-    if flag and flag != "none":
-        return load_model(flag, spm, spm_path, "denoiser")
-    if "denoiser" in checkpoint and flag != "none":
-        return model_from_checkpoint(checkpoint["denoiser"]), checkpoint["denoiser"]
-    return None, None
-
-
-def error_detector(checkpoint: dict) -> Callable | None:
-    """The error detector g a denoiser's checkpoint names (train_denoiser.py --error-detector), as a function from
-    outputs to whether g passes each (Pi then leaves those as they are), or None: compile, g++ (SPoC's, Appendix E);
-    valid, the validity command of the task folder Pi was trained on (make_task.py --valid-command)."""
-    if checkpoint.get("error_detector") == "compile":
-        return judge.compiles
-    if checkpoint.get("error_detector") == "valid":
-        return lambda outputs: valid_outputs(checkpoint["valid_data"], outputs)
-    return None
-
-
-def check_writable(path: str, flag: str = "--out", folder: str | None = None):
-    """Refuse, before any work and creating nothing, an output folder (or a file in `folder`) that cannot be
-    written: one under a file, or in a folder this user may not write to."""
-    probe = os.path.abspath(folder or path)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe) or not os.access(probe, os.W_OK):
-        raise UsageError(f"{flag} {path}: cannot write there ({probe} is "
-                         f"{'not a folder' if not os.path.isdir(probe) else 'not writable'})")
-
-
-def check_output_file(path: str, flag: str = "--out"):
-    """check_writable for a file to be written (a checkpoint, a PNG)."""
-    if os.path.isdir(path):
-        raise UsageError(f"{flag} {path} is a folder: name a file")
-    check_writable(path, flag, folder=os.path.dirname(path) or ".")
-
-
-def claim_output(args):
-    """Make sure a training run may write to args.out: refuse a folder that cannot be written, or one that holds
-    another run, unless told to --resume it (with its settings: check_resume_settings) or to --overwrite it (which
-    removes that run's checkpoints, stages and evaluations first: they would describe a model that is gone)."""
-    out_dir = args.out
-    check_writable(out_dir)
-    stages = ("", *STAGES)
-    held = [os.path.join(stage, name) for stage in stages for name in ("model.pt", "last.pt")
-            if os.path.exists(os.path.join(out_dir, stage, name))]
-    if held and not (args.resume or args.overwrite):
-        raise UsageError(f"{out_dir} holds a run ({held[0]}): --resume continues it, --overwrite starts over")
-    ran = checkpoint_ran_with(out_dir) if args.resume else None
-    if ran:
-        check_resume_settings(args, ran)
-    if args.overwrite:
-        for name in ("model.pt", "last.pt", "synthetic.*", "eval_*.json", "eval_*.jsonl", *stages[1:]):
-            for path in glob.glob(os.path.join(glob.escape(out_dir), name)):
-                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    os.makedirs(out_dir, exist_ok=True)
-
-
-def save_checkpoint(path: str, payload: dict):
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-    for stale in glob.glob(f"{glob.escape(path)}.tmp*"):  # left by a run killed while saving
-        os.remove(stale)
-
-
-# Resume (--resume; fit's docstring says how a run goes on): the settings a resumed run keeps, what last.pt holds
-# besides the model, and how it is restored. What makes the rest of a resumed run the rest of the unbroken one: every
-# random draw is either torch's generator (initialisation, dropout, the samples y' of composed training), whose state
-# last.pt holds, or a Random seeded by the run's seed and what it draws for (each epoch's batch order and Pi's noise by
-# the epoch's number; --pi-data authors' noise, the same every epoch, and Pi's val noise by the seed alone), made
-# anew; the schedule's step is restored, and its length (the linear decay's) is epochs x batches an epoch.
-
-# What a resumed run may change: how long it goes on, where it runs (out: a run folder moved elsewhere, resumed there),
-# how often and on how many outputs it reports. Anything else (its data too) would make it another run than the one it
-# continues. Two of them change the rest of the run: --epochs under a linear schedule moves the rest of the decay (which
-# ends at the last epoch), --device runs it otherwise (a GPU pads batches, multiplies in TF32, samples from its own
-# generator); the others change no epoch's weights.
-MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
-
-
-# Staged methods train their first stages in folders of their own inside the run folder (bart, backtranslation).
-STAGES = ("frozen", "reverse", "mixed")
-
-
-def checkpoint_ran_with(run_folder: str) -> str | None:
-    """The checkpoint that holds the settings a run ran with: the newest written in its folder or a stage's (each
-    holds the run's args; last.pt is written after model.pt, so a resumed run's changes are the newest); or None."""
-    held = [path for stage in ("", *STAGES) for name in ("model.pt", "last.pt")
-            if os.path.isfile(path := os.path.join(run_folder, stage, name))]
-    return max(held, key=os.path.getmtime, default=None)
-
-
-def settings_ran_with(last_path: str) -> dict:
-    """The settings a run ran with (its flags' values, as its checkpoint holds them): with --resume, parse_training_args
-    makes them the flags' defaults, so that a resumed run goes on with them."""
-    ran_with = load_checkpoint(last_path, needs=("args",))["args"]
-    return {name: value for name, value in ran_with.items() if name not in ("resume", "overwrite")}
-
-
-def check_resume_settings(args, last_path: str):
-    """--resume continues a run with the settings it ran with: refuse any other, but for MAY_CHANGE_ON_RESUME,
-    which it names on stderr, as the run's first line."""
-    ran_with = settings_ran_with(last_path)
-    differ = {name: f"--{name.replace('_', '-')} {value} (it ran with {ran_with[name]})" for name, value in
-              sorted(vars(args).items()) if name in ran_with and ran_with[name] != value}
-    refused = [text for name, text in differ.items() if name not in MAY_CHANGE_ON_RESUME]
-    if refused:
-        raise UsageError(f"--resume: {'; '.join(refused)}: resume with its settings, or --overwrite to start over")
-    if differ:
-        print(f"--resume: changed {'; '.join(differ.values())}", file=sys.stderr)
-
-
-def random_states(device) -> dict:
-    """The generators a resumed run must continue from: the CPU's, and the GPU's where it trains (dropout, samples)."""
-    return {"torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda"
-                                               else {})}
-
-
-def checkpoint_to_resume(last_path: str) -> dict | None:
-    """--resume: the last epoch's checkpoint, or None (said on stderr) when there is none yet."""
-    if not os.path.exists(last_path):
-        print(f"--resume: there is no {last_path} yet, so this run starts at epoch 1", file=sys.stderr)
-        return None
-    return load_checkpoint(last_path, needs=("model", "optimizer", "scheduler", "state", "rng"))
-
-
-def restore(last: dict, model, optimizer, scheduler, device):
-    """Continue exactly where `last` stopped: weights, optimizer moments, the schedule's step, the random states.
-    (After the scheduler is built, which resets the rate: the optimizer's state holds the rate the last step used.)"""
-    model.load_state_dict(last["model"])
-    optimizer.load_state_dict(last["optimizer"])
-    scheduler.load_state_dict(last["scheduler"])
-    torch.set_rng_state(last["rng"]["torch"])
-    if device.type == "cuda" and "cuda" in last["rng"]:
-        torch.cuda.set_rng_state(last["rng"]["cuda"], device)
-
-
-# ============================================================================
-# 6. Settings and the method's losses: what every preset shares, Eq. 1's settings and Eq. 1, the REINFORCE
-#    baseline and the reward's log-likelihood, the pieces they are built from, the estimators; then the validation
-#    criteria that keep an epoch
-# ============================================================================
-
-# The presets, a column each in the training scripts' tables of settings (a row per setting): SansType's three and
-# SPoC's two (Appendix E). A dataset without a column of its own takes SansType's (molecules, a task, SPoC's smoke).
-COLUMNS = ("paper", "cpu", "smoke", "spoc paper", "spoc cpu")
-# The Transformer each preset builds, Pi and f alike (standard fine-tuning starts f from Pi's weights).
-#                  SansType: paper  cpu   smoke     SPoC: paper  cpu
-ARCHITECTURE = dict(
-    d_model=           (256,        128,  32,             256,   128),
-    n_heads=           (2,          4,    2,              8,     4),
-    layers=            (3,          2,    1,              5,     2),
-    d_ff=              (1024,       512,  64,             1024,  512),
-)
-
-
-def config_from_args(args, vocab_size: int) -> TransformerConfig:
-    """The Transformer a run builds: ARCHITECTURE's sizes and its script's PRESETS' dropouts (or the flags'); a
-    fine-tuned f takes Pi's weights into it, with its own dropouts."""
-    return TransformerConfig(vocab_size=vocab_size, d_model=args.d_model, n_heads=args.n_heads,
-                             encoder_layers=args.layers, decoder_layers=args.layers, d_ff=args.d_ff,
-                             dropout=args.dropout, attention_dropout=args.attention_dropout,
-                             activation_dropout=args.activation_dropout)
-
-
-# What every run trains with, whatever its preset, as the authors ran fairseq: AdamW with these betas and weight decay,
-# no gradient clipping, fp32 (--precision; on a GPU its matrix products in TF32, pick_device), seed 0. add_training_args
-# makes them the flags' defaults (the betas have no flag).
-EVERY_PRESET = dict(adam_betas=(0.9, 0.98), weight_decay=1e-4, clip_norm=0.0, precision="fp32", seed=0)
-# Eq. 1's settings, in every preset (a flag given wins; composed_loss reads them from the run's args). REINFORCE with
-# one sample and the batch baseline, as good on validation as two samples at the same compute, at 3x a standard
-# step's cost instead of 5x (EXPERIMENTS.md, "the REINFORCE estimator"); composed_weight 0.1 is REINFORCE's (Appendix
-# D); the straight-through estimators want 1 (at 0.1 they are level with no term at all), tau is gumbel's temperature
-# (EXPERIMENTS.md, "straight-through and Gumbel"); gamma, the clamp's floor; lam, the direct term's weight;
-# unlabeled_inputs, inputs with no gold output an epoch that the first term also sees (0, the paper's: none; finetune.py
-# reads it, composed_loss knows such a batch by its targets).
-EQ1 = dict(estimator="reinforce", samples=1, reinforce_baseline="batch", clamp="reward", gamma=-50.0,
-           composed_weight=0.1, lam=1.0, tau=1.0, unlabeled_inputs=0)
-
-
-def composed_loss(f, denoiser, src, tgt_in, tgt_out, settings, label_smoothing: float, error_free=None,
-                  max_len: int | None = None):
-    """The loss whose gradient estimates minus Eq. 1's for one batch (with REINFORCE its value is a surrogate, not
-    minus Eq. 1), f = p_theta training, the denoiser Pi = p_beta frozen (eval mode, no gradients):
-
-        max_theta  E_{y' ~ p_theta(.|x)}[ log p_beta(y | y') ]  +  lambda * E[ log p_theta(y | x) ]
-
-    y' is discrete, so the first term's gradient needs an estimator (Section 3): reinforce, the paper's (Appendix D),
-    E[(log p_beta(y|y') - b) * grad log p_theta(y'|x)] from `samples` outputs per input, with a baseline b
-    (reinforce_baseline; the paper's is none, b = 0) and a clamp at gamma (the reward, the paper's text, or
-    sample_log_probs'); or straight-through and gumbel, biased (relaxed_rows). Both terms are summed over tokens and
-    divided by the batch's gold tokens (a per-token scale, as fairseq's losses; it keeps Eq. 1's ratio of the two);
-    composed_weight scales the first (REINFORCE's 0.1, Appendix D). settings: the run's args, whose values of these
-    names (samples, estimator, reinforce_baseline, clamp, gamma, composed_weight, lam, tau) are EQ1's (just above)
-    unless a flag said otherwise. error_free: Pi's g (Appendix E), a bool per y'. max_len, for tests: the samples' limit
-    (default: the batch's padded gold width + 16, at most twice the source + 10 and the model's max_positions
-    (max_output_length), which alone limits inputs with no gold; a GPU pads widths to a multiple of 8; cutting there is
-    part of the sampling distribution, for which the estimator is exact).
-    y' is drawn with dropout off, as f predicts at test time; log p_theta(y'|x) is scored with f in training mode,
-    dropout on as for the direct term: REINFORCE's gradient is then that of a dropout-perturbed f's log-probability
-    of y', an approximation that is exact without dropout (the cpu preset's f has dropout 0.1 on its embeddings and
-    residuals; the paper preset's, attention and activation dropout 0.2 besides).
-    A batch of inputs with no gold output (targets of one PAD each: finetune.py --unlabeled-inputs, common.batches)
-    has the first term alone, with y' itself as Pi's target: the reward log p_beta(y'|y') is Pi's likelihood of leaving
-    y' as it is, which needs no gold; divided by the batch's source tokens (a count that does not depend on y')."""
-    s, samples = settings, settings.samples
-    no_gold = tgt_out.shape[1] == 1 and bool((tgt_out == PAD_ID).all())  # (a host sync for such batches alone)
-    max_len = max_len or sample_length_limit(f, src, None if no_gold else tgt_out)
-    y_prime = sample_outputs(f, src, samples, max_len)                                  # y' ~ p_theta(.|x)
-    noisy = with_eos(y_prime)                                                           # y' + EOS, as Pi reads it
-    if no_gold:  # Pi's target: y' itself
-        target_in, target_out = shift_right(noisy), noisy
-    else:        # Pi's target: the gold y
-        target_in, target_out = tgt_in.repeat_interleave(samples, 0), tgt_out.repeat_interleave(samples, 0)
-    memory, memory_mask = f.encode(src)  # one pass with gradient for both terms (sampling ran its own, without)
-    # f teacher-forced on its samples, once: log p_theta(y'|x), and f's distribution at every position of y'
-    f_logits = f.decode(shift_right(noisy), memory.repeat_interleave(samples, 0),
-                        memory_mask.repeat_interleave(samples, 0)).float()
-    if s.estimator == "reinforce":
-        log_p_sample = sample_log_probs(f_logits, y_prime, s.clamp, s.gamma, max_len)   # log p_theta(y'|x)
+def composed_loss(f, denoiser, src, tgt_in, tgt_out, estimator="reinforce", baseline="batch", gamma=-50.0,
+                  weight=0.1, lam=1.0, label_smoothing=0.0, error_free=None, max_len=None):
+    """A loss whose gradient estimates minus Eq. 1's for a batch."""
+    no_gold = tgt_out.shape[1] == 1 and bool((tgt_out == PAD_ID).all())
+    max_len = max_len or output_length_limit(f, src, None if no_gold else tgt_out)
+    training, _ = f.training, f.eval()  # y' is drawn as f predicts at test time, without dropout
+    y_prime = f.generate(src, max_len, sample=True)                                     # y' ~ p_theta(.|x)
+    f.train(training)
+    noisy = with_eos(y_prime)                                                           # y' as Pi reads it
+    target_in, target_out = (shift_right(noisy), noisy) if no_gold else (tgt_in, tgt_out)   # Pi's target: y (or y')
+    memory, memory_mask = f.encode(src)  # one pass with gradient for both terms
+    f_logits = f.decode(shift_right(noisy), memory, memory_mask).float()              # f teacher-forced on y'
+    if estimator == "reinforce":
+        log_p_sample = log_likelihood(f_logits, F.pad(y_prime.tokens, (0, 1), value=PAD_ID))  # log p_theta(y'|x)
         with torch.no_grad():  # the frozen Pi scores y': a reward, no gradient
             reward = log_likelihood(denoiser.decode(target_in, *denoiser.encode(noisy)), target_out)  # log p_beta(y|y')
-            if error_free is not None:  # SPoC's Pi = (g, nu): what g passes stays as it is
-                reward = torch.where(error_free(y_prime), torch.where(same_sequences(noisy, target_out), 0.0, s.gamma),
-                                     reward)
-            reward = reward.clamp(min=s.gamma) if s.clamp == "reward" else reward
-        rewards = reward.view(-1, samples)  # (inputs, samples)
-        advantage = (rewards - reinforce_baseline(rewards, s.reinforce_baseline)).view(-1)  # reward - b
-        composed = -(advantage * log_p_sample).sum()                                    # REINFORCE
-    else:  # straight-through, gumbel: Pi reads y' as one-hot rows through which a gradient reaches f
-        rows = relaxed_rows(f_logits, noisy, s.estimator, s.tau)
-        composed = -log_likelihood(denoiser.decode(target_in, *denoiser.encode(noisy, rows)), target_out).sum()
+            if error_free is not None:  # Pi = (g, nu): what g passes is Pi's output, right (0) or wrong (gamma)
+                right = same_sequences(noisy, target_out)
+                reward = torch.where(error_free(y_prime), torch.where(right, 0.0, gamma), reward)
+            reward = reward.clamp(min=gamma)
+        # b may not depend on the sample it is subtracted from (the estimate stays unbiased): the other inputs' mean
+        b = (reward.sum() - reward) / (len(reward) - 1) if baseline == "batch" and len(reward) > 1 else 0.0
+        first_term = -((reward - b) * log_p_sample).sum()                              # REINFORCE
+    else:  # straight-through: the gradient reaches f through Pi's input
+        rows = straight_through_rows(f_logits, noisy)
+        first_term = -log_likelihood(denoiser.decode(target_in, *denoiser.encode(noisy, rows)), target_out).sum()
     if no_gold:
-        return s.composed_weight * composed / samples / (src != PAD_ID).sum()
-    direct = sequence_loss(f.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)  # -log p_theta(y|x)
-    return s.composed_weight * composed / samples / (tgt_out != PAD_ID).sum() + s.lam * direct   # -Eq. 1's surrogate
-
-
-def sample_length_limit(f, src, tgt_out=None) -> int:
-    """Where composed_loss cuts its samples y': 16 pieces past the batch's padded gold width, or (tgt_out None: inputs
-    with no gold) where greedy decoding would give up (max_output_length)."""
-    longest = max_output_length(f, src)
-    return longest if tgt_out is None else min(longest, tgt_out.shape[1] + 16)
-
-
-def reinforce_baseline(rewards, kind: str):
-    """b in REINFORCE's (reward - b) * grad log p_theta(y'|x), for rewards of shape (inputs, samples).
-    Any b that does not depend on the sample it is subtracted from keeps the estimate unbiased:
-      batch          the mean reward of the batch's other inputs: training batches hold programs of
-                     near-equal length, so their rewards are comparable, and one sample per input will do
-                     (a batch of one input has no other: b = 0);
-      leave-one-out  the mean reward of the input's other samples (needs 2 or more samples);
-      none           b = 0, the paper's estimator."""
-    inputs, samples = rewards.shape
-    if kind == "leave-one-out" and samples > 1:
-        return (rewards.sum(dim=1, keepdim=True) - rewards) / (samples - 1)
-    if kind == "batch" and inputs > 1:
-        per_input = rewards.mean(dim=1, keepdim=True)
-        return ((per_input.sum() - per_input) / (inputs - 1)).expand_as(rewards)
-    return torch.zeros_like(rewards)
+        return weight * first_term / (src != PAD_ID).sum()  # (a count that does not depend on y')
+    direct = sequence_loss(f.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)   # -log p_theta(y|x)
+    return weight * first_term / (tgt_out != PAD_ID).sum() + lam * direct
 
 
 def log_likelihood(logits, targets):
-    """log p(targets) (B,): each row's token log-probabilities summed, padding skipped, under the distribution the
-    decoders draw from (PAD and BOS impossible, as in decode_step)."""
-    logits = logits.float().masked_fill(never_generated_mask(logits, logits.shape[-1]), float("-inf"))
+    """log p(targets) (B,): each row's token log-probabilities summed, padding skipped, as the decoders draw them."""
+    logits = logits.float().index_fill(-1, torch.tensor(NEVER_GENERATED, device=logits.device), -math.inf)
     token = F.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
     return token.masked_fill(targets == PAD_ID, 0.0).sum(dim=1)  # (not * mask: -inf * 0 is nan)
 
 
 def sequence_loss(logits, targets, label_smoothing: float = 0.0):
-    """Mean cross entropy per target token (padding ignored), optionally label-smoothed:
-    (1 - eps) * -log p(y_t) + eps * mean over the vocabulary of -log p(v)."""
+    """Mean cross entropy per target token, padding ignored, label-smoothed (fairseq's)."""
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=PAD_ID,
                            label_smoothing=label_smoothing)
 
@@ -1184,242 +675,58 @@ def same_sequences(a, b):
     return (F.pad(a, (0, width - a.shape[1]), value=PAD_ID) == F.pad(b, (0, width - b.shape[1]), value=PAD_ID)).all(1)
 
 
-@torch.no_grad()
-def sample_outputs(model, src, samples: int, max_len: int) -> Decoded:
-    """`samples` outputs y' ~ p_theta(.|x) per source (one after another), drawn with dropout off, as f
-    predicts at test time."""
-    was_training = model.training
-    model.eval()
-    sampled = model.generate(src, max_len=max_len, sample=True, repeat=samples)
-    model.train(was_training)
-    return sampled
+def straight_through_rows(f_logits, noisy):
+    """y' + EOS (noisy) as one-hot rows (B, T, V), one_hot(y') - p.detach() + p: exactly y' going forward, the gradient
+    of f's softmax p going back (p from f teacher-forced on y'); padding a zero row, as its embedding."""
+    p = F.log_softmax(f_logits, dim=-1).exp()
+    hard = F.one_hot(noisy, p.shape[-1]).float()
+    return (hard - p.detach() + p) * (noisy != PAD_ID)[..., None]
 
 
-def sample_log_probs(f_logits, y_prime: Decoded, clamp: str, gamma: float, max_len: int):
-    """log p_theta(y'|x) of each sample, from f teacher-forced on them (f_logits), clamped at gamma where --clamp
-    says so: "sample", or "padded-sample", the released code's sum over the batch's padded samples."""
-    chosen = F.pad(y_prime.tokens, (0, 1), value=PAD_ID)  # y', and EOS where f chose it
-    if clamp == "padded-sample":
-        return released_sample_log_probs(f_logits, chosen, y_prime.lengths, max_len).clamp(min=gamma)
-    log_p_sample = log_likelihood(f_logits, chosen)
-    return log_p_sample.clamp(min=gamma) if clamp == "sample" else log_p_sample
-
-
-def released_sample_log_probs(f_logits, chosen, lengths, max_len: int):
-    """log p_theta(y'|x) as the released code computes it (finetune.py --clamp padded-sample): summed over every
-    position of the batch's samples padded to the longest, the padding after a sample's end scored as the padding
-    token (which f never learns to predict), nothing masked. Clamped at gamma, a sample shorter than the longest
-    of its batch is almost always clamped, and a clamped sample gets no gradient."""
-    longest = (lengths + (lengths < max_len)).max()  # the longest sample, with its EOS if it chose one
-    token = F.log_softmax(f_logits, dim=-1).gather(-1, chosen[..., None]).squeeze(-1)
-    return token.masked_fill(torch.arange(chosen.shape[1], device=chosen.device) >= longest, 0.0).sum(dim=1)
-
-
-def relaxed_rows(f_logits, noisy, estimator: str, tau: float = 1.0):
-    """The samples y' + EOS (noisy, as the denoiser reads them) as one-hot rows (B, T, V) whose gradient reaches f,
-    for the straight-through estimators, from f's logits at every position of them (f teacher-forced on its
-    samples). The rows are  one_hot(y') - s.detach() + s:  exactly y' going forward, s's gradient going back, with
-      straight-through  s = p                         (Bengio et al., 2013);
-      gumbel            s = softmax((log p + g) / tau), g Gumbel noise drawn given that log p + g has its
-                        maximum at y' (Tucker et al., 2017), so the relaxed sample is a relaxation of y' itself.
-    p keeps every token (PAD and BOS, which the sampler never draws, have a negligible share)."""
-    log_p = F.log_softmax(f_logits, dim=-1)
-    if estimator == "straight-through":
-        soft = log_p.exp()
-    else:
-        soft = F.softmax(gumbel_given_argmax(log_p, noisy) / tau, dim=-1)
-    hard = F.one_hot(noisy, log_p.shape[-1]).float()
-    return (hard - soft.detach() + soft) * (noisy != PAD_ID)[..., None]  # padding: a zero row, as its embedding
-
-
-def gumbel_given_argmax(log_p, tokens):
-    """log p + g with g ~ Gumbel(0, 1) each, drawn given that the maximum is at `tokens`: the maximum is a
-    Gumbel(logsumexp log p) = Gumbel(0), every other entry a Gumbel(log p_i) truncated below it."""
-    top = -torch.empty_like(log_p[..., :1]).exponential_().log()                # the maximum's value
-    others = log_p - torch.empty_like(log_p).exponential_().log()               # Gumbel(log p_i)
-    return (-torch.logaddexp(-top, -others)).scatter(-1, tokens[..., None], top)  # truncated: -log(e^-top + e^-g)
-
+# ============================================================================
+# 6. Validation: the criteria that keep an epoch
+# ============================================================================
 
 @torch.no_grad()
 def validation_loss(model, val_batches) -> float:
-    """Mean per-token cross entropy (no smoothing) of a model teacher-forced on batches on its device
-    (device_batches): the early-stopping criterion."""
+    """Mean per-token cross entropy (no smoothing) of a model teacher-forced on batches on its device."""
     model.eval()
     total = tokens = 0
     for src, tgt_in, tgt_out in val_batches:
         logits = model(src, tgt_in).float()
         total += F.cross_entropy(logits.transpose(1, 2), tgt_out, ignore_index=PAD_ID, reduction="sum").double()
         tokens += (tgt_out != PAD_ID).sum()
-    return (total / tokens).item()  # a CPU-GPU sync point, once per validation
+    return (total / tokens).item()
 
 
 @torch.no_grad()
-def composed_validation_loss(f, denoiser, val_batches, error_free, gamma: float) -> float:
-    """Composed fine-tuning's early-stopping criterion: the cross entropy of the composition Pi(f(x)) on the gold y,
-    per gold token, where f decodes greedily (the authors' code scores a sampled f(x) instead) and the frozen Pi is
-    teacher-forced on y. With SPoC's error detector (error_free, as in composed_loss), a prediction g passes costs
-    0 if it is y, else -gamma. val_batches: (src, tgt_in, tgt_out) on the device (device_batches)."""
+def composed_validation_loss(f, denoiser, val_batches, error_free=None, gamma: float = -50.0) -> float:
+    """Composed's criterion: Pi(f(x))'s cross entropy per gold token, f greedy, Pi teacher-forced on y (and its g)."""
     f.eval()
     total = tokens = 0
     for src, tgt_in, tgt_out in val_batches:
-        predicted = f.generate(src, max_len=max_output_length(f, src))
+        predicted = f.generate(src, output_length_limit(f, src))
         noisy = with_eos(predicted)
         logits = denoiser.decode(tgt_in, *denoiser.encode(noisy)).float()
         loss = F.cross_entropy(logits.transpose(1, 2), tgt_out, ignore_index=PAD_ID, reduction="none").sum(dim=1)
         if error_free is not None:
             loss = torch.where(error_free(predicted), torch.where(same_sequences(noisy, tgt_out), 0.0, -gamma), loss)
         total, tokens = total + loss.double().sum(), tokens + (tgt_out != PAD_ID).sum()
-    return (total / tokens).item()  # a CPU-GPU sync point, once per validation
-
-
-def kept_before(candidate: tuple, best: tuple) -> bool:
-    """Whether an epoch's (val share, val loss) beats the best so far: a higher judged share (--keep-by exact or
-    valid), ties broken by a lower loss; without a share (--keep-by loss), the lower loss."""
-    (share, loss), (best_share, best_loss) = candidate, best
-    if share is None or best_share is None or share == best_share:
-        return loss < best_loss
-    return share > best_share
-
-
-def judged_share(args, tokenizer, denoiser=None, g=None):
-    """finetune.py --keep-by exact or valid (finetune.KEEP_BY's default for composed on a task with a validity command):
-    a function of the model, the share of val decoded greedily as evaluate.py decodes it (f(x); composed: Pi(f(x)),
-    through Pi's g if it has one) that is the gold output exactly or that the task's validity command passes, which fit
-    weighs before the loss (kept_before). None for --keep-by loss."""
-    if args.keep_by == "loss":
-        return None
-    sources, gold = (read_lines(os.path.join(args.data, f"val.{side}")) for side in ("src", "tgt"))
-
-    def share(model) -> float:
-        outputs = translate(model, tokenizer, sources, args.batch_size)
-        if denoiser is not None:
-            outputs = denoise(denoiser, tokenizer, outputs, args.batch_size, g)
-        judged = [output == y for output, y in zip(outputs, gold)] if args.keep_by == "exact" else \
-            valid_outputs(args.data, outputs)
-        return sum(judged) / len(judged)
-    return share
-
-
-def shown(share: float | None, args) -> str:
-    return "" if share is None else f", val {args.keep_by} {100 * share:.1f}%"
+    return (total / tokens).item()
 
 
 # ============================================================================
-# 7. Training loop: fit() with early stopping (the criteria just above; resume: section 5), each epoch's batches,
-#    one epoch's steps (the loss: section 6), schedules, devices and bf16
+# 7. The training loop
 # ============================================================================
 
-def fit(model, train_pairs_for_epoch, val_pairs, args, out_dir, extra: dict, trainable=None, on_epoch=None,
-        denoiser=None, error_free=None, val_share=None, epochs: int | None = None):
-    """Train with AdamW, validate after every epoch, keep the best epoch in out_dir/model.pt (the latest in
-    last.pt, for --resume) and stop after `args.patience` epochs without a better one, or after `epochs` (default
-    args.epochs; a staged method's stage has its own, while its checkpoints keep the run's args, which --resume takes).
-    `trainable` may name the only parameters to train (BART's first stage); `extra` goes into every checkpoint;
-    on_epoch(model, epoch) may add a note to an epoch's line.
-
-    Batches: train_pairs_for_epoch(epoch) gives the epoch's (src, tgt) id pairs (finetune.py: the labeled pairs,
-    every epoch, and composed --unlabeled-inputs' inputs alone, tgt None; train_denoiser.corrupted_pairs: the
-    outputs corrupted with Random(f"{seed}-epoch{epoch}"), or with Random(f"{seed}-once") for --pi-data authors);
-    batches_of cuts them into batches of similar length, ties and batch order from
-    Random(f"{seed}-batch order-{epoch}"); a worker process makes each epoch while the one before it trains
-    (epoch_loader).
-
-    The kept epoch: the lowest validation loss (validation_loss) or, with a frozen `denoiser` Pi (on the device, in
-    eval mode), where the model is composed fine-tuning's f trained on minus Eq. 1 (composed_loss, with args'
-    settings; error_free: Pi's g), the lowest loss of Pi(f(x)) (composed_validation_loss), epoch 0 (the f it starts
-    from) included. val_share(model), if given, is a judged share of val (finetune.py --keep-by exact or valid;
-    finetune.KEEP_BY: valid for composed on a task with a validity command) that picks the epoch before the loss
-    does (kept_before).
-
-    Resume (--resume; its functions end section 5): last.pt, saved after every epoch (save_checkpoint: a temporary file,
-    then renamed, so a kill never leaves half a file), holds the weights, AdamW's moments, the schedule's step, the
-    random states and the history; restore() reloads them, and since an epoch's batches and noise depend only on (seed,
-    epoch) (on one kind of device: a GPU pads them otherwise), the run goes on from its last finished epoch. With its
-    settings unchanged (settings_ran_with: the flags' defaults; check_resume_settings refuses others but
-    MAY_CHANGE_ON_RESUME's) it ends bit for bit as an unbroken run on the CPU (tests/test_training.py,
-    test_a_run_killed_twice_and_resumed_ends_bit_for_bit_as_an_unbroken_one)."""
-    device, epochs = pick_device(args.device), args.epochs if epochs is None else epochs
-    model.to(device)
-    val_batches = device_batches(val_pairs, validation_batch_size(val_pairs, args.batch_size, device), device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=EVERY_PRESET["adam_betas"],
-                                  weight_decay=args.weight_decay, fused=device.type == "cuda")  # fused: one kernel
-    last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
-    last = checkpoint_to_resume(last_path) if args.resume else None
-    state = last["state"] if last else {"epoch": 0, "best_loss": float("inf"), "best_share": None, "best_epoch": 0,
-                                        "history": []}
-
-    def batches_of(epoch):  # random order and ties, the same for a seed's epoch whatever --epochs
-        return batches(train_pairs_for_epoch(epoch), args.batch_size, random.Random(f"{args.seed}-batch order-{epoch}"),
-                       length_multiple(device))
-
-    # Epochs state + 1 .. epochs, each made while the one before it trains (the first while nothing does): a
-    # PyTorch DataLoader whose items are whole epochs, made by one worker process (epoch_loader).
-    upcoming = (unpack_epoch(packed, pin=device.type == "cuda")
-                for packed in epoch_loader(batches_of, range(state["epoch"] + 1, epochs + 1)))
-    first_batches = next(upcoming, [])
-    upcoming = itertools.chain([first_batches], upcoming)
-    total_steps = max(1, epochs * len(first_batches))  # the schedule's length (1: a resumed run that had ended)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, args, total_steps))
-    if last:
-        restore(last, model, optimizer, scheduler, device)
-        print(f"resumed from {last_path} after epoch {state['epoch']}", file=sys.stderr)
-
-    def checkpoint(**more):
-        return {"config": asdict(model.config), "model": model.state_dict(), "args": vars(args), **extra, **more}
-
-    for name, parameter in model.named_parameters():  # BART's first stage trains the encoder alone
-        parameter.requires_grad_(trainable is None or name in trainable)
-    if denoiser is not None and not state["history"]:  # composed: Pi(f(x)) of the f it starts from, as epoch 0,
-        started = time.time()                           # kept if no composed epoch does better
-        with autocast(args.precision, device):
-            val_loss = composed_validation_loss(model, denoiser, val_batches, error_free, args.gamma)
-            share = val_share(model) if val_share else None
-        state["best_loss"], state["best_share"] = val_loss, share
-        save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=0))
-        state["history"].append({"epoch": 0, "train_loss": float("nan"), "val_loss": val_loss,
-                                 **({"val_share": share} if val_share else {}), "seconds": time.time() - started})
-        print(f"epoch 0 (f as it starts): val loss {val_loss:.4f}{shown(share, args)}", file=sys.stderr, flush=True)
-    while state["epoch"] < epochs and state["epoch"] - state["best_epoch"] < args.patience:
-        epoch, started = state["epoch"] + 1, time.time()
-        smoothing = label_smoothing_at(epoch, args.label_smoothing)
-        train_loss = train_one_epoch(model, next(upcoming), optimizer, scheduler, args, device,
-                                     f"epoch {epoch}/{epochs}", smoothing, denoiser, error_free)
-        with autocast(args.precision, device):
-            val_loss = validation_loss(model, val_batches) if denoiser is None else \
-                composed_validation_loss(model, denoiser, val_batches, error_free, args.gamma)  # of Pi(f(x))
-            share = val_share(model) if val_share else None
-        state["epoch"] = epoch
-        improved = kept_before((share, val_loss), (state.get("best_share"), state["best_loss"]))
-        if improved:
-            state["best_loss"], state["best_share"], state["best_epoch"] = val_loss, share, epoch
-            save_checkpoint(best_path, checkpoint(best_val_loss=val_loss, epoch=epoch))
-        notes = on_epoch(model, epoch) if on_epoch else ""
-        seconds = time.time() - started  # the epoch with its validation and reports
-        state["history"].append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss,
-                                 **({"val_share": share} if val_share else {}), "seconds": seconds,
-                                 **({"notes": notes} if notes else {})})
-        print(f"epoch {epoch}: train loss {train_loss:.4f}, val loss {val_loss:.4f}{shown(share, args)}"
-              f"{' (best)' if improved else ''}{notes}; {seconds:.1f} s", file=sys.stderr, flush=True)
-        save_checkpoint(last_path, checkpoint(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
-                                              state=state, rng=random_states(device)))
-    model.requires_grad_(True)
-    if state["best_epoch"] == 0 and denoiser is None:  # (composed keeps its epoch 0, the f it starts from)
-        raise TrainingFailed(f"no epoch had a finite validation loss (the last: {state['history'][-1]['val_loss']}), "
-                             f"so {out_dir} holds no model.pt: a lower --lr may help")
-    return state
-
-
-# Each epoch's batches (fit's docstring, "Batches"): cut from the epoch's pairs (batches) and made one epoch ahead in a
-# worker process (epoch_loader, start_epoch_worker), handed over packed (pack_epoch, unpack_epoch).
+# batches: the decoder reads BOS + output and predicts output + EOS. Pairs of similar length share a batch, as in
+# fairseq (unsorted batches are half padding); with an rng, ties are broken at random and the batches come in random
+# order.
+# An input with no gold output (its target None) goes in a batch of such inputs alone, whose targets are one PAD each
+# (composed_loss reads that as no gold). length_multiple: lengths padded up to a multiple of it (a GPU's).
 
 def batches(pairs: list, batch_size: int, rng: random.Random | None = None, length_multiple: int = 1) -> list[tuple]:
-    """(src, tgt_in, tgt_out) padded LongTensors from (source ids, target ids) pairs. The decoder
-    reads BOS + target and predicts target + EOS. Pairs of similar length share a batch, as in
-    fairseq: unsorted batches are half padding, which the CPU pays for in full. With an rng, ties
-    are broken at random and the batches come in random order. length_multiple: lengths padded up to a
-    multiple of it (a GPU's: fewer shapes, each aligned for its matrix units). A pair whose target is None (an input
-    with no gold output: finetune.py --unlabeled-inputs) goes in a batch of such inputs alone, whose targets are a
-    single PAD each (composed_loss reads that as no gold)."""
+    """(src, tgt_in, tgt_out) padded LongTensors from (input ids, output ids) pairs."""
     order = list(range(len(pairs)))
     if rng is not None:
         rng.shuffle(order)
@@ -1434,32 +741,12 @@ def batches(pairs: list, batch_size: int, rng: random.Random | None = None, leng
     for start, end in spans:
         chosen = [pairs[i] for i in order[start:end]]
         src = pad([s + [EOS_ID] for s, _ in chosen], length_multiple)
-        if chosen[0][1] is None:  # inputs alone: a target of one PAD each
+        if chosen[0][1] is None:
             tgt = torch.full((len(chosen), 2), PAD_ID, dtype=torch.long)
         else:
             tgt = pad([[BOS_ID] + t + [EOS_ID] for _, t in chosen], length_multiple, extra=1)
         prepared.append((src, tgt[:, :-1], tgt[:, 1:]))
     return prepared
-
-
-def device_batches(pairs: list, batch_size: int, device) -> list[tuple]:
-    """A fixed set of batches (validation's) on the device, copied once."""
-    on_device = batches(pairs, batch_size, length_multiple=length_multiple(device))
-    return [tuple(t.to(device) for t in batch) for batch in on_device]
-
-
-def length_multiple(device) -> int:
-    """On a GPU, every batch's lengths are padded up to a multiple of 8: a few shapes, not one per batch, so that no
-    step pays for a shape seen for the first time, and bf16 matrix products aligned for the tensor cores. On the CPU
-    padding is work: none."""
-    return 8 if device.type == "cuda" else 1
-
-
-def validation_batch_size(pairs: list, batch_size: int, device) -> int:
-    """On a GPU, validation (and the denoiser's repair report) takes as many programs a batch as 2^16 tokens of the
-    longest hold: SansType's 500 val programs in one batch, one decoding instead of three. On the CPU, the run's own."""
-    longest = max(len(s) + len(t) for s, t in pairs) + 2
-    return max(batch_size, 2 ** 16 // longest) if device.type == "cuda" else batch_size
 
 
 def pad(sequences: list[list[int]], length_multiple: int = 1, extra: int = 0) -> torch.Tensor:
@@ -1472,123 +759,28 @@ def pad(sequences: list[list[int]], length_multiple: int = 1, extra: int = 0) ->
     return out
 
 
-def epoch_loader(make_epoch: Callable, epochs: range):
-    """Each epoch's batches (make_epoch(epoch)) as pack_epoch packs them, made in a worker process one epoch ahead of
-    the training: the denoiser's fresh corruptions are seconds of Python, and in a thread they would hold the
-    interpreter's lock that the training loop needs between its kernel launches (a 19 ms GPU step took 256 ms; a
-    15 ms CPU step 343 ms). The worker is forked (make_epoch may be a closure) and runs at the lowest priority (on 2
-    cores it takes only what the training leaves idle)."""
-    run = os.getpid()
-    return torch.utils.data.DataLoader(
-        epochs, batch_size=None, collate_fn=lambda epoch: pack_epoch(make_epoch(epoch)), num_workers=1,
-        prefetch_factor=1, multiprocessing_context="fork", worker_init_fn=lambda _: start_epoch_worker(run),
-        generator=torch.Generator())  # (its own: seeding the worker must not draw from the training's generator)
+# The learning rate, set by hand before each update: a linear warm-up from warmup_start to the peak, then
+#   constant      the peak;
+#   inverse-sqrt  peak * sqrt(warm-up steps / step), fairseq's, which the paper's models used;
+#   linear        the warm-up times 1 - step / steps from the first step, down to peak / steps at the last update; its
+#                 warm-up takes at most a tenth of the run, so that a short run comes near its peak.
 
-
-def start_epoch_worker(run: int):
-    """The epoch worker dies with its run, even one killed by SIGKILL (which no Python code sees): the kernel sends it
-    SIGKILL when its parent dies (Linux's parent-death signal), where it would otherwise live on, blocked on a full
-    pipe. It runs at the lowest priority."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-        if os.getppid() != run:  # the run died before the signal was set
-            os._exit(0)
-    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-
-
-def pack_epoch(epoch_batches: list[tuple]) -> tuple:
-    """An epoch's batches as (every id in one flat array, each batch's (rows, source length, target length)): NumPy
-    arrays, which cross to the training process as bytes (tensors would go as shared memory, whose hand-over a Ctrl-C
-    can break mid-way)."""
-    flat = torch.cat([t.flatten() for src, tgt_in, tgt_out in epoch_batches
-                      for t in (src, torch.cat([tgt_in[:, :1], tgt_out], dim=1))])
-    shapes = [(len(src), src.shape[1], tgt_in.shape[1] + 1) for src, tgt_in, _ in epoch_batches]
-    return flat.numpy(), np.array(shapes, dtype=np.int64).reshape(-1, 3)
-
-
-def unpack_epoch(packed: tuple, pin: bool = False) -> list[tuple]:
-    """The batches of pack_epoch, as (src, tgt_in, tgt_out) views of one flat tensor; pin: in page-locked memory
-    (pinned once an epoch), from which copies to a GPU do not make the host wait (non_blocking)."""
-    flat, shapes = torch.from_numpy(packed[0]), packed[1]
-    flat = flat.pin_memory() if pin else flat
-    epoch_batches, start = [], 0
-    for rows, source, target in shapes.tolist():
-        src = flat[start:start + rows * source].view(rows, source)
-        tgt = flat[start + rows * source:start + rows * (source + target)].view(rows, target)
-        epoch_batches.append((src, tgt[:, :-1], tgt[:, 1:]))
-        start += rows * (source + target)
-    return epoch_batches
-
-
-def train_one_epoch(model, epoch_batches, optimizer, scheduler, args, device, what: str, label_smoothing: float,
-                    denoiser=None, error_free=None) -> float:
-    """One pass over the epoch's batches; the mean training loss per gold target token (batches of inputs alone,
-    which have none, weigh nothing in it). A step's loss is -log p(y|x) or, with a frozen denoiser Pi,
-    composed_loss's (section 6), whose gradient estimates minus Eq. 1's. Nothing in the loop waits for the GPU (but
-    Pi's error detector g, which reads each step's samples as text on the host, and a batch of inputs alone, which
-    composed_loss tells by a host sync): the loss is summed on the device and read only for a progress line and at the
-    end. what: the progress line's label ("epoch 3/80")."""
-    model.train()
-    meter = Progress(len(epoch_batches), what, every_seconds=30)
-    total = torch.zeros((), dtype=torch.float64, device=device)
-    tokens = torch.zeros((), dtype=torch.long, device=device)
-    for batch in epoch_batches:
-        src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in batch)
-        with autocast(args.precision, device):
-            if denoiser is None:  # -log p_theta(y|x) per target token
-                loss = sequence_loss(model(src, tgt_in), tgt_out, label_smoothing)
-            else:  # composed fine-tuning: Eq. 1's surrogate (its gradient), Pi frozen
-                loss = composed_loss(model, denoiser, src, tgt_in, tgt_out, args, label_smoothing, error_free)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if args.clip_norm:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
-        optimizer.step()
-        scheduler.step()
-        n = (tgt_out != PAD_ID).sum()
-        total += loss.detach().double() * n
-        tokens += n
-        meter.step(extra=lambda: f"loss {(total / tokens).item():.3f}, {tokens.item() / meter.elapsed():.0f} tok/s")
-    return (total / tokens).item()  # a CPU-GPU sync point, once per epoch
-
-
-def pick_device(name: str | None = None) -> torch.device:
-    """--device, or the default: cuda when there is one, else cpu."""
-    available = ["cpu"] + ["cuda"] * torch.cuda.is_available()
-    try:
-        device = torch.device(name or available[-1])
-    except RuntimeError:  # not a device torch knows
-        device = None
-    if device is None or device.type not in available or (device.index or 0) >= max(1, torch.cuda.device_count()):
-        raise UsageError(f"--device {name}: this machine has {' and '.join(available)}")
-    if device.type == "cuda":  # fp32 matrix products in TF32 on the GPU's tensor cores: as the bf16 runs, 8x faster
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        # Attention with a padding mask went to cuDNN, which builds an execution plan for every new (batch, length):
-        # 392 ms for a step on a shape seen for the first time, 19 ms again (an H100, torch 2.11). The
-        # memory-efficient kernel, next in line, needs no plan.
-        torch.backends.cuda.enable_cudnn_sdp(False)
-    return device
-
-
-def cpu_has_native_bf16() -> bool:
-    """bf16 autocast pays on a CPU only with bf16 matrix units: 1.5x faster at the paper's size on AVX512-BF16,
-    10-17x slower on AVX2 (EXPERIMENTS.md, "the Transformer and bf16")."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:  # not Linux: assume none
-        return False
-    return " avx512_bf16" in flags or " amx_bf16" in flags
-
-
-def autocast(precision: str, device: torch.device):
-    """--precision bf16: matrix products in bfloat16; weights, optimizer state and losses stay fp32."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+def learning_rate(step: int, steps: int, peak: float, schedule: str, warmup_steps: int, warmup_start: float) -> float:
+    """The rate of update `step` (0 .. steps - 1)."""
+    if schedule == "linear":
+        warmup_steps = min(warmup_steps, steps // 10)
+    warmup_steps = max(1, warmup_steps)
+    start = warmup_start / peak
+    warmup = min(1.0, start + (1.0 - start) * (step + 1) / warmup_steps)
+    if schedule == "linear":
+        return peak * (warmup * max(0.0, 1.0 - step / steps))
+    if schedule == "inverse-sqrt":
+        return peak * (warmup * min(1.0, math.sqrt(warmup_steps / (step + 1))))
+    return peak * warmup
 
 
 def label_smoothing_at(epoch: int, schedule: str) -> float:
-    """--label-smoothing "0.2:100,0.1:25,0.05": 0.2 for 100 epochs, then 0.1 for 25, then 0.05 to the end
-    (Appendix E: lowering the smoothing near the end improved every SPoC model); "0.1": 0.1 throughout."""
+    """"0.2:100,0.1:25,0.05": 0.2 for 100 epochs, 0.1 for 25, then 0.05 (SPoC's, Appendix E); "0.1": throughout."""
     start = 0
     for stage in str(schedule).split(","):
         value, _, epochs = stage.partition(":")
@@ -1598,228 +790,71 @@ def label_smoothing_at(epoch: int, schedule: str) -> float:
     return float(value)
 
 
-def learning_rate_factor(step: int, args, total_steps: int) -> float:
-    """The multiplier of the peak rate at `step`: a linear warm-up from --warmup-start-lr, then
-      constant      the peak to the end;
-      inverse-sqrt  peak * sqrt(warm-up steps / step), fairseq's schedule, which the paper's models used;
-      linear        the warm-up times a decay from the first step, 1 - step / steps, down to 1 / steps at the last
-                    update (the cpu preset); its top, at the warm-up's last step, is below the peak by about the share
-                    of the run the warm-up took, at most a tenth (so that a short run comes near its peak)."""
-    warmup_steps = args.warmup_steps
-    if args.lr_schedule == "linear":
-        warmup_steps = min(warmup_steps, total_steps // 10)
-    warmup_steps = max(1, warmup_steps)
-    start = args.warmup_start_lr / args.lr
-    warmup = min(1.0, start + (1.0 - start) * (step + 1) / warmup_steps)
-    if args.lr_schedule == "linear":
-        return warmup * max(0.0, 1.0 - step / total_steps)
-    if args.lr_schedule == "inverse-sqrt":
-        return warmup * min(1.0, math.sqrt(warmup_steps / (step + 1)))
-    return warmup
+def train_one_epoch(model, epoch_batches, optimizer, lr_at, state: dict, composed: dict | None, label_smoothing: float,
+                    clip_norm: float, bf16: bool, what: str) -> float:
+    """One pass over the batches: -log p(y|x), or composed_loss with `composed`'s Pi and settings; the mean loss."""
+    model.train()
+    device = next(model.parameters()).device
+    total = torch.zeros((), dtype=torch.float64, device=device)  # summed on the device: nothing waits for a GPU
+    tokens = torch.zeros((), dtype=torch.long, device=device)
+    started = shown = time.time()
+    for i, batch in enumerate(epoch_batches, 1):
+        src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in batch)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(state["step"])
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            if composed is None:
+                loss = sequence_loss(model(src, tgt_in), tgt_out, label_smoothing)
+            else:
+                loss = composed_loss(model, src=src, tgt_in=tgt_in, tgt_out=tgt_out, label_smoothing=label_smoothing,
+                                     **composed)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        optimizer.step()
+        state["step"] += 1
+        n = (tgt_out != PAD_ID).sum()
+        total += loss.detach().double() * n
+        tokens += n
+        if time.time() - shown >= 30 or i == len(epoch_batches):  # a progress line (a GPU's one wait) every 30 s
+            shown, seconds = time.time(), time.time() - started
+            print(f"{what}: {i}/{len(epoch_batches)} batches, loss {(total / tokens).item():.3f}, "
+                  f"{tokens.item() / seconds:.0f} tok/s, ETA {(len(epoch_batches) - i) * seconds / i:.0f} s",
+                  file=sys.stderr, flush=True)
+    return (total / tokens).item()
 
 
-# ============================================================================
-# 8. Command line: flags with the preset's (or a resumed run's) values, one-line errors, progress lines
-# ============================================================================
-
-# What a number must be, for check_ranges: a test and the words of its one-line refusal.
-RANGES = {"at_least_1": (lambda v: v >= 1, "at least 1"), "not_negative": (lambda v: v >= 0, "at least 0"),
-          "positive": (lambda v: v > 0, "above 0"), "fraction": (lambda v: 0 <= v < 1, "within [0, 1)"),
-          "probability": (lambda v: 0 <= v <= 1, "within [0, 1]")}
-
-
-def add_training_args(parser):
-    """Flags shared by the training scripts; parse_training_args sets their defaults to the preset's values."""
-    parser.add_argument("--preset", choices=("cpu", "paper", "smoke"), default="cpu",
-                        help="cpu (default): minutes on 2 cores; paper: the paper's sizes, for a GPU; smoke: tests")
-    for flag, kind, text in [
-            ("--epochs", int, "maximum epochs"), ("--batch-size", int, "examples per batch"),
-            ("--lr", float, "peak learning rate of AdamW"),
-            ("--warmup-steps", int, "linear warm-up (--lr-schedule linear: at most a tenth of the run)"),
-            ("--warmup-start-lr", float, "the rate the warm-up starts from"),
-            ("--patience", int, "stop after this many epochs without a better one (finetune.py: by --keep-by)"),
-            ("--d-model", int, "the model's width"), ("--n-heads", int, "attention heads"),
-            ("--layers", int, "encoder and decoder layers each"), ("--d-ff", int, "the feed-forward layer's width"),
-            ("--dropout", float, "on the residual branches and the embeddings"),
-            ("--attention-dropout", float, "on the attention weights"),
-            ("--activation-dropout", float, "after the feed-forward ReLU")]:
-        parser.add_argument(flag, type=kind, help=text)
-    parser.add_argument("--lr-schedule", choices=("constant", "inverse-sqrt", "linear"),
-                        help="after the warm-up: the peak rate to the end, fairseq's peak * sqrt(warm-up / step) "
-                             "(the paper's), or (times the warm-up, from the first step) a linear decay to 1/steps "
-                             "of it at the last update")
-    parser.add_argument("--label-smoothing", default="0",
-                        help="0: plain cross entropy, as the paper; VALUE:EPOCHS,...,VALUE: by epoch")
-    parser.add_argument("--weight-decay", type=float, default=EVERY_PRESET["weight_decay"], help="AdamW's")
-    parser.add_argument("--clip-norm", type=float, default=EVERY_PRESET["clip_norm"],
-                        help="clip the gradient's norm (0: no clipping)")
-    parser.add_argument("--precision", choices=("fp32", "bf16", "auto"), default=EVERY_PRESET["precision"],
-                        help="bf16: matrix products in bfloat16 under autocast (weights and optimizer stay fp32); "
-                             "auto: bf16 on a CUDA GPU that has it or a CPU with native bf16 (AVX512-BF16 or AMX), "
-                             "else fp32")
-    parser.add_argument("--seed", type=int, default=EVERY_PRESET["seed"],
-                        help="initialisation, batch order, dropout, sampling, Pi's noise")
-    parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
-    either = parser.add_mutually_exclusive_group()
-    either.add_argument("--resume", action="store_true", help="continue from OUT/last.pt after an interrupt")
-    either.add_argument("--overwrite", action="store_true", help="start over in an --out that holds a run, "
-                        "removing its checkpoints and evaluations")
-
-
-TASK_WORDS = " A task folder (make_task.py): read program and code as your outputs, pseudocode as your inputs."
-
-
-def parse_training_args(parser, argv, preset_of, run_folder):
-    """The one place a training run's settings are resolved: every flag's default is the value the run will use, the
-    preset's (its column of ARCHITECTURE, and preset_of(dataset, the flags --data, --preset, --method, --out)) or, with
-    --resume, the run's own (run_folder(those flags)'s last.pt, or model.pt before it has one: checkpoint_ran_with,
-    settings_ran_with); a flag given on the command line wins and changes only itself (check_resume_settings says which
-    may change). --help shows exactly these values (AdamW's betas, which have no flag, are EVERY_PRESET's). Then bad
-    numbers are refused, one line and exit 2."""
-    first = argparse.ArgumentParser(add_help=False)
-    for name in ("data", "preset", "method", "out"):
-        first.add_argument(f"--{name}", default=parser.get_default(name))
-    first.add_argument("--resume", action="store_true")
-    known = first.parse_known_args(argv)[0]
-    try:
-        try:
-            dataset, of = read_dataset(known.data), known.data
-        except UsageError:  # no data yet: --help shows a SansType folder's values (a run is refused below)
-            dataset, of = "sanstype", f"a SansType folder ({known.data} holds no data yet)"
-        parser.set_defaults(data=known.data, **column(ARCHITECTURE, dataset, known.preset), **preset_of(dataset, known))
-        methods = "--method" in parser._option_string_actions and not known.method  # finetune.py, none chosen yet
-        parser.epilog = f"Defaults: the {known.preset} preset's for {of}" + \
-            " before a method's changes (--help with --method shows that method's)" * methods + "; a flag given wins." \
-            + TASK_WORDS * (dataset == "task")
-        ran = checkpoint_ran_with(run_folder(known))
-        if known.resume and ran:
-            parser.set_defaults(**settings_ran_with(ran))
-            parser.epilog = f"Defaults: the settings {ran} ran with; a flag given wins."
-    except KeyError:  # no such method: the parse below says so
-        parser.epilog = "Flags shown without a default take the preset's value: --help with --method shows it."
-    args = parser.parse_args(argv)
-    try:
-        args.dataset, device = read_dataset(args.data), pick_device(args.device)
-    except UsageError as error:
-        parser.error(str(error))
-    check_ranges(parser, args, at_least_1="epochs batch_size patience d_model n_heads layers d_ff", positive="lr",
-                 not_negative="warmup_steps warmup_start_lr weight_decay clip_norm",
-                 fraction="dropout attention_dropout activation_dropout")
-    if args.precision == "auto":  # decided here, so that the run's args say which it was
-        native = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_has_native_bf16()
-        args.precision = "bf16" if native else "fp32"
-    try:
-        label_smoothing_at(1, args.label_smoothing)
-    except ValueError:
-        parser.error(f"--label-smoothing {args.label_smoothing!r}: a number, or VALUE:EPOCHS,...,VALUE")
-    return args
-
-
-def column_name(dataset: str, preset: str) -> str:
-    """The COLUMNS entry of a dataset's preset: SPoC's own where it has one, else SansType's."""
-    return f"spoc {preset}" if dataset == "spoc" and f"spoc {preset}" in COLUMNS else preset
-
-
-def column(table: dict, dataset: str, preset: str) -> dict:
-    """A preset's values in a table of settings (a row per setting: a value per COLUMNS entry)."""
-    return {setting: values[COLUMNS.index(column_name(dataset, preset))] for setting, values in table.items()}
-
-
-def check_ranges(parser, args, **names):
-    """Refuse a number out of its range, one line and exit 2: names by RANGES' key, check_ranges(parser, args,
-    at_least_1="epochs batch_size"); a flag left None (not this run's) passes, a list's every value is checked."""
-    for range_name, listed in names.items():
-        ok, words = RANGES[range_name]
-        for name in listed.split():
-            value = getattr(args, name, None)
-            for v in value if isinstance(value, list) else [value]:
-                if v is not None and not ok(v):
-                    parser.error(f"--{name.replace('_', '-')} {v:g}: must be {words}")
-
-
-def settings(args) -> str:
-    """Every value a run uses, as its checkpoint's args hold them (None: a flag this run does not use), and the device
-    it runs on."""
-    values = {**vars(args), "device": device_name(pick_device(args.device))}
-    return ", ".join(f"{name}={value}" for name, value in sorted(values.items()) if value is not None)
-
-
-def device_name(device: torch.device) -> str:
-    """cpu, or the GPU's name too: cuda:0 (NVIDIA H100 80GB HBM3)."""
-    return f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors are one line (no usage dump), with exit code 2 as usual, and whose --help shows the
-    description as written (the script's docstring, with its examples) and every flag's default."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**{"formatter_class": HelpFormatter, **kwargs})
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """The description as written; after each flag's help, its default (when it has one)."""
-
-    def _get_help_string(self, action):
-        shown = all(action.default is not v for v in (None, False, argparse.SUPPRESS)) and "default" not in action.help
-        return action.help + (" (default: %(default)s)" if shown else "")
-
-
-RESUME_HINT = "interrupted: run again with --resume to continue from the last finished epoch"
-
-
-def run_main(script: str, work, args, on_interrupt: str = "interrupted"):
-    """Run a script's work: bad input becomes one line on stderr and exit code 2, a run that kept no model one line and
-    1; Ctrl-C a line and 130, the shell's code for an interrupt."""
-    try:
-        work(args)
-    except (UsageError, FileNotFoundError) as error:  # (the judge's: no g++)
-        print(f"{script}: error: {error}", file=sys.stderr)
-        sys.exit(2)
-    except TrainingFailed as error:
-        print(f"{script}: {error}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print(f"{script}: {on_interrupt}", file=sys.stderr)
-        sys.exit(130)
-
-
-class Progress:
-    """Prints `what: done/total (rate/s, ETA 1m23s)` to stderr, at most every few seconds."""
-
-    def __init__(self, total: int, what: str, every_seconds: float = 5.0):
-        self.total, self.what, self.every = total, what, every_seconds
-        self.done, self.start = 0, time.time()
-        self.last_print = self.start  # the first line waits for a rate worth an ETA
-        self.lock = threading.Lock()  # steps may come from several threads
-
-    def step(self, n: int = 1, extra: str | Callable[[], str] = ""):
-        """extra: more text for the line, or a function that gives it, called only when a line is printed (so
-        that reading the GPU's numbers, a sync point, happens only then)."""
-        with self.lock:
-            self.done += n
-            now = time.time()
-            if now - self.last_print >= self.every or self.done == self.total:
-                self.last_print = now
-                print(self.line(now, extra() if callable(extra) else extra), file=sys.stderr, flush=True)
-
-    def elapsed(self) -> float:
-        return max(time.time() - self.start, 1e-9)
-
-    def line(self, now: float, extra: str = "") -> str:
-        elapsed = max(now - self.start, 1e-9)
-        rate = self.done / elapsed
-        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-        return (f"{self.what}: {self.done}/{self.total} ({rate:.1f}/s, {extra + ', ' if extra else ''}"
-                f"elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)})")
-
-
-def format_seconds(seconds: float) -> str:
-    if seconds == float("inf"):
-        return "?"
-    minutes, seconds = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+def fit(model, optimizer, upcoming, val_batches, lr_at, state: dict, epochs: int, patience: int, save_epoch,
+        composed: dict | None = None, val_share=None, report=None, label_smoothing="0", clip_norm=0.0, bf16=False):
+    """Train on each epoch's batches (upcoming), validate, keep the best, stop `patience` epochs after it."""
+    # state: epoch, step, best_epoch, best_loss, best_share, history (a resumed run's: where it stopped); save_epoch
+    # (state, improved) saves the run (harness.py); report(model, epoch): a note for the epoch's line.
+    device = next(model.parameters()).device.type
+    first = 0 if composed and not state["history"] else state["epoch"] + 1  # composed: epoch 0, the f it starts from
+    for epoch in range(first, epochs + 1):
+        if epoch - state["best_epoch"] > patience:
+            break
+        started = time.time()
+        train_loss = train_one_epoch(model, next(upcoming), optimizer, lr_at, state, composed, label_smoothing_at(
+            epoch, label_smoothing), clip_norm, bf16, f"epoch {epoch}/{epochs}") if epoch else math.nan
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            loss = validation_loss(model, val_batches) if composed is None else composed_validation_loss(
+                model, composed["denoiser"], val_batches, composed["error_free"], composed["gamma"])  # of Pi(f(x))
+            share = val_share(model) if val_share else None
+        # The kept epoch: the highest judged share of val where there is one (--keep-by), ties broken by the loss
+        if share is None or state["best_share"] is None or share == state["best_share"]:
+            improved = epoch == 0 or loss < state["best_loss"]
+        else:
+            improved = share > state["best_share"]
+        if improved:
+            state.update(best_epoch=epoch, best_loss=loss, best_share=share)
+        state["epoch"], note, seconds = epoch, report(model, epoch) if report else "", time.time() - started
+        state["history"].append(dict(epoch=epoch, train_loss=train_loss, val_loss=loss, val_share=share, note=note,
+                                     seconds=seconds))
+        trained, shown = f"train loss {train_loss:.4f}," if epoch else "(f as it starts)", "" if share is None else \
+            f", val share {share:.1%}"
+        print(f"epoch {epoch}: {trained} val loss {loss:.4f}{shown}{' (best)' * improved}{note}; {seconds:.1f} s",
+              file=sys.stderr, flush=True)
+        save_epoch(state, improved)
+    return state

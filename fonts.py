@@ -1,8 +1,7 @@
 """Composed fine-tuning for font image generation (Section 6.3 and Appendix of the paper).
 
-Predict a 32x32 glyph image from (font, character). A U-Net denoiser Pi is pre-trained on
-unlabeled fonts to undo a corruption; the composed predictor trains a base MLP f through the
-frozen Pi, so the MLP may stay simple (blurry, gray) and Pi draws the clean strokes.
+Predict a 32x32 glyph image from (font, character). A base MLP f trains through a U-Net denoiser Pi, pre-trained on
+unlabeled fonts and frozen, so f may stay simple (blurry, gray) while Pi draws the clean strokes.
 
     python fonts.py render                      # system fonts (+ --font-dir DIR) -> data/fonts/glyphs.npz
     python fonts.py denoiser                    # -> runs/fonts/denoiser.pt (blur; --corruption emboss|contrast)
@@ -11,8 +10,8 @@ frozen Pi, so the MLP may stay simple (blurry, gray) and Pi draws the clean stro
     python fonts.py evaluate                    # test MSE table + runs/fonts/samples.png (like Figure 5)
     python fonts.py evaluate runs/fonts/sweep/*.pt --plot labeled.png      # Figure 6: MSE against the sweep
 
-Every training subcommand takes --preset cpu (default, about 43 minutes for the whole chain on 2 cores), paper
-(the paper's hyperparameters, for a GPU) or smoke (for the tests); explicit flags override the preset.
+Every training subcommand takes --preset cpu (the default, for 2 cores), paper (the paper's hyperparameters, for a
+GPU) or smoke (for the tests); explicit flags override the preset.
 """
 import glob
 import math
@@ -27,6 +26,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageFont
 
 import common
+import harness
 from common import UNet
 
 CHARS = string.digits + string.ascii_uppercase + string.ascii_lowercase   # the 62 classes
@@ -34,13 +34,11 @@ SIZE = 32                       # images are SIZE x SIZE, uint8 on disk, [-1, 1]
 DEFAULT_DENOISER = "runs/fonts/denoiser.pt"
 FONT_DIRS = ["/usr/share/fonts", "/usr/local/share/fonts", "~/.fonts", "~/.local/share/fonts",
              "/Library/Fonts", "/System/Library/Fonts", "~/Library/Fonts", "C:/Windows/Fonts"]
-# The paper's numbers (test MSE on the [-1, 1] scale), Section 6.3 and Appendix Table.
+# The paper's test MSEs on the [-1, 1] scale (Section 6.3 and the Appendix's table).
 PAPER_TEST_MSE = {("direct", None): 0.193, ("composed", "blur"): 0.171, ("composed", "emboss"): 0.187,
-         ("composed", "contrast"): 0.172, ("composed+dropout", "blur"): 0.165}
-
-# Every value a training stage uses unless a flag says otherwise: a row per setting, a value per preset. paper: the
-# authors' (Pi: 2 epochs, ~3.5M glyphs); cpu: minutes on 2 cores (Pi's validation MSE stops falling after ~1000 steps:
-# EXPERIMENTS.md, learning curves); smoke: the tests. l2: the strengths tried, one chosen on validation.
+                  ("composed", "contrast"): 0.172, ("composed+dropout", "blur"): 0.165}
+# A value per preset for each setting a flag leaves unset. paper: the authors' (Pi: 2 epochs of ~3.5M glyphs);
+# cpu: minutes on 2 cores; smoke: the tests. l2: the strengths tried, one chosen on validation.
 #                   paper                                     cpu                    smoke
 DENOISER_PRESETS = dict(
     width=          (64,                                      32,                    4),
@@ -59,7 +57,6 @@ TRAIN_PRESETS = dict(
 
 
 # === Rendering real font files into 62 x 32 x 32 glyph arrays ===
-
 def find_font_files(dirs):
     """All .ttf/.otf/.ttc files under dirs, sorted, each real file once."""
     return sorted({os.path.realpath(p) for d in dirs
@@ -85,11 +82,8 @@ def draw_glyph(font, ch):
 
 
 def render_font(font, chars=CHARS, margin=1):
-    """(len(chars), 32, 32) uint8 glyphs, or a string saying why the font is unusable.
-
-    Like the paper's data (Bernhardsson's font dataset), one scale per font: glyphs keep their
-    relative sizes and a shared baseline (so 'o' and 'O' differ), each centred horizontally,
-    the whole font scaled to fit SIZE - 2*margin pixels."""
+    """(len(chars), 32, 32) uint8 glyphs, or a string saying why the font is unusable. As in the paper's data
+    (Bernhardsson's fonts), one scale per font, to fit SIZE - 2*margin: glyphs keep their sizes and baseline."""
     notdef = draw_glyph(font, "\U0010fffd")   # a private-use code point: no font maps it
     canvases = []
     for ch in chars:
@@ -113,9 +107,8 @@ def render_font(font, chars=CHARS, margin=1):
 
 
 class DuplicateFilter:
-    """Keeps a font unless its glyphs are within `threshold` mean squared error (on [0, 1]
-    pixels) of a font already kept: the same design shipped twice (Liberation Sans / Arimo,
-    .ttf and .otf builds) would otherwise leak between the labeled and unlabeled fonts."""
+    """Keeps a font unless its glyphs are within `threshold` MSE (on [0, 1] pixels) of a kept font's: the same design
+    shipped twice (Liberation Sans / Arimo, .ttf and .otf builds) would leak between labeled and unlabeled fonts."""
 
     def __init__(self, threshold=0.003):
         self.threshold, self.kept, self.sq = threshold, [], []
@@ -138,7 +131,7 @@ def cmd_render(args):
     if not paths:
         raise common.UsageError(f"no .ttf/.otf/.ttc font files found in {dirs}")
     glyphs, names, skipped, n_faces = [], [], Counter(), 0
-    dedup, log = DuplicateFilter(args.duplicate_mse), common.Progress(len(paths), "font files")
+    dedup, log = DuplicateFilter(args.duplicate_mse), harness.Progress(len(paths), "font files")
     for path in paths:
         try:
             faces = list(open_faces(path, args.render_size))
@@ -170,7 +163,6 @@ def cmd_render(args):
 
 
 # === The split: 100 labeled fonts x 62 chars -> 2500 train / 100 val / 3600 test; the other fonts are unlabeled ===
-
 def make_split(n_fonts, labeled_fonts=100, n_train=2500, n_val=100, seed=0, verbose=True):
     """Indices, from a fixed seed so that every subcommand sees the same split: dict(labeled=font ids,
     unlabeled=font ids, train/val/test=(font row, char) pairs), where a font row indexes `labeled`."""
@@ -193,9 +185,8 @@ def make_split(n_fonts, labeled_fonts=100, n_train=2500, n_val=100, seed=0, verb
 
 
 def unseen_images_seen(denoiser_split, n_unlabeled, split):
-    """How many of the denoiser's clean images are not training images of `split`. The
-    denoiser may use any training image of the run it serves (they are unlabeled outputs too),
-    so one trained with --labeled 500 serves every run of the labeled sweep (500-4500)."""
+    """How many of the denoiser's clean images are not training images of `split` (those it may see: they are
+    unlabeled outputs too, so a Pi trained with --labeled 500 serves every run of the labeled sweep)."""
     def images(s, part):
         return {(int(s["labeled"][f]), int(c)) for f, c in s[part]}
     labeled = {int(f) for f in split["labeled"]}
@@ -239,13 +230,10 @@ def corrupt_batch(images, kind, rng):
 
 
 # === The predictor: (font, character) -> image, a 7-layer MLP (Appendix) ===
-
 class GlyphMLP(nn.Module):
-    """Character embedding (62-d) and font embedding (100-d), concatenated, then 7 linear
-    layers up to a 32x32 image in [-1, 1]. Widths and the batch norm follow the released code,
-    including its batch-norm eps of 0.8 (`BatchNorm1d(width, 0.8)`: the second argument is eps).
-    The pre-norm variances are far below 0.8, so each batch norm only centres its input: the
-    network stays in effect unnormalised, starts near a constant gray, and L2 really limits it."""
+    """Character (62-d) and font (100-d) embeddings, then 7 linear layers up to a 32x32 image in [-1, 1], as in the
+    released code, with its BatchNorm1d(width, 0.8): eps 0.8 is far above the pre-norm variances, so batch norm only
+    centres, the network starts near a constant gray, and L2 really limits it."""
 
     def __init__(self, n_fonts, dropout=0.0, bn_eps=0.8):
         super().__init__()
@@ -271,9 +259,8 @@ def l2_penalty(model):
 
 
 def image_loss(f, pi, fonts, chars, targets, reduction="mean"):
-    """Squared error of the composed predictor Pi(f(x)), or with pi=None of the direct one f(x). Composed training
-    is Eq. 1 of the paper with lambda = 0: minimise ||Pi(f(x)) - y||^2 with Pi frozen. Images are continuous, so
-    the gradient flows through Pi by plain backprop (no REINFORCE)."""
+    """Squared error of Pi(f(x)), or with pi=None of f(x). Composed training is the paper's Eq. 1 with lambda = 0,
+    Pi frozen; images are continuous, so the gradient flows through Pi by plain backprop (no REINFORCE)."""
     out = f(fonts, chars)
     return F.mse_loss(out if pi is None else pi(out), targets, reduction=reduction)
 
@@ -294,13 +281,19 @@ def batched_mse(f, pi, fonts, chars, targets, batch=512):
 
 
 # === Checkpoints ===
+def claim_output_file(path, overwrite, holds="a finished run"):
+    """A run's checkpoint (or the rendered fonts) is replaced only by a run told it may (--overwrite)."""
+    harness.check_output_file(path)
+    if os.path.exists(path) and not overwrite:
+        raise common.UsageError(f"{path} holds {holds}: --overwrite replaces it")
+
 
 def load_fonts_checkpoint(path, kind):
-    """common.load_checkpoint of a "denoiser" or a "predictor"; a missing one names the command that writes it."""
+    """harness.load_checkpoint of a "denoiser" or a "predictor"; a missing one names the command that writes it."""
     if not os.path.isfile(path):
         command = "denoiser" if kind == "denoiser" else "train --method direct|composed"
         raise common.UsageError(f"{path} not found: run `python fonts.py {command} --out {path}` first")
-    ckpt = common.load_checkpoint(path, needs=("kind", "config", "state_dict"))
+    ckpt = harness.load_checkpoint(path, needs=("kind", "config", "state_dict"))
     if ckpt["kind"] != kind:
         raise common.UsageError(f"{path} is a {ckpt['kind']} checkpoint, expected a {kind}")
     return ckpt
@@ -326,7 +319,6 @@ def split_args(args):
 
 
 # === Pre-training the denoiser on unlabeled fonts; training a direct or a composed predictor ===
-
 @torch.no_grad()
 def denoised_mse(pi, corrupted, clean):
     pi.eval()
@@ -335,26 +327,23 @@ def denoised_mse(pi, corrupted, clean):
 
 def cmd_denoiser(args):
     claim_output_file(args.out, args.overwrite)
-    device = common.pick_device(args.device)
+    device = harness.pick_device(args.device)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     glyphs, _ = load_glyphs(args.data)
     split = make_split(len(glyphs), **split_args(args))
-    unlabeled = split["unlabeled"][:args.unlabeled]          # None = all of them
-    train, val = split["train"], split["val"]
-    # Unlabeled outputs: every glyph of the unlabeled fonts plus the labeled training images
-    # (never the val/test images: Pi must not have seen the answers).
+    unlabeled, train, val = split["unlabeled"][:args.unlabeled], split["train"], split["val"]   # --unlabeled None: all
+    # Pi's clean images: the unlabeled fonts' glyphs and the labeled training images, never val/test ones (the answers).
     clean = np.concatenate([glyphs[unlabeled].reshape(-1, SIZE, SIZE),
                             glyphs[split["labeled"][train[:, 0]], train[:, 1]]])
     val_clean = glyphs[split["labeled"][val[:, 0]], val[:, 1]]
     val_in = to_float(corrupt_batch(val_clean, args.corruption, np.random.default_rng(1))).to(device)
     val_out = to_float(val_clean).to(device)
-    print(f"denoiser: {len(unlabeled)} unlabeled fonts + {len(train)} training images = "
-          f"{len(clean)} clean images; corruption {args.corruption}; {args.steps} steps of {args.batch_size}; on "
-          f"{common.device_name(device)}")
+    print(f"denoiser: {len(unlabeled)} unlabeled fonts + {len(train)} training images = {len(clean)} clean images; "
+          f"corruption {args.corruption}; {args.steps} steps of {args.batch_size}; on {harness.device_name(device)}")
     pi = UNet(width=args.width, dropout=args.unet_dropout).to(device)
     opt = adam(pi.parameters(), args.lr)
-    log = common.Progress(args.steps, "denoiser steps", every_seconds=0)   # a line every --log-every steps
+    log = harness.Progress(args.steps, "denoiser steps", every_seconds=0)   # a line every --log-every steps
     for step in range(1, args.steps + 1):
         batch = clean[rng.integers(len(clean), size=args.batch_size)]
         x, y = to_float(corrupt_batch(batch, args.corruption, rng)).to(device), to_float(batch).to(device)
@@ -367,9 +356,9 @@ def cmd_denoiser(args):
             log.step(step - log.done, f"loss {loss.item():.4f}, val MSE {denoised_mse(pi, val_in, val_out):.4f}")
     val_mse = denoised_mse(pi, val_in, val_out)
     print(f"val: corrupted MSE {F.mse_loss(val_in, val_out).item():.4f} -> denoised MSE {val_mse:.4f}")
-    common.save_checkpoint(args.out, dict(kind="denoiser", config=pi.config, state_dict=pi.cpu().state_dict(),
-                                          corruption=args.corruption, unlabeled_fonts=len(unlabeled),
-                                          split=split_args(args), val_mse=val_mse, args=vars(args)))
+    harness.save_checkpoint(args.out, dict(kind="denoiser", config=pi.config, state_dict=pi.cpu().state_dict(),
+                                           corruption=args.corruption, unlabeled_fonts=len(unlabeled),
+                                           split=split_args(args), val_mse=val_mse, args=vars(args)))
     print(f"wrote {args.out}")
 
 
@@ -382,7 +371,7 @@ def train_predictor(args, n_fonts, data, pi, l2, device):
     # Drop the ragged last batch: a handful of examples would throw batch norm's statistics.
     n_full = len(targets) // args.batch_size * args.batch_size or len(targets)
     best, best_state, bad_epochs = math.inf, None, 0
-    log = common.Progress(args.epochs, f"  l2 {l2:g} epochs", every_seconds=0)   # a line every --log-every epochs
+    log = harness.Progress(args.epochs, f"  l2 {l2:g} epochs", every_seconds=0)   # a line every --log-every epochs
     for epoch in range(1, args.epochs + 1):
         f.train()
         for idx in torch.randperm(len(targets), device=device)[:n_full].split(args.batch_size):
@@ -405,7 +394,7 @@ def train_predictor(args, n_fonts, data, pi, l2, device):
 
 def cmd_train(args):
     claim_output_file(args.out, args.overwrite)
-    device = common.pick_device(args.device)
+    device = harness.pick_device(args.device)
     pi, pi_ckpt = None, load_fonts_checkpoint(args.denoiser, "denoiser") if args.method == "composed" else None
     glyphs, names = load_glyphs(args.data)
     split = make_split(len(glyphs), **split_args(args))
@@ -418,7 +407,7 @@ def cmd_train(args):
                   f"run's split {split_args(args)} (its own: {pi_ckpt['split']})")
         pi = build_denoiser(pi_ckpt).to(device)
     print(f"{args.method}: {len(split['labeled'])} fonts, {len(data['train'][2])} train / "
-          f"{len(data['val'][2])} val examples; L2 grid {args.l2}; on {common.device_name(device)}")
+          f"{len(data['val'][2])} val examples; L2 grid {args.l2}; on {harness.device_name(device)}")
     trained = {}
     for l2 in args.l2:   # tune the L2 strength on the validation set
         trained[l2] = train_predictor(args, len(split["labeled"]), data, pi, l2, device)
@@ -426,15 +415,14 @@ def cmd_train(args):
     l2 = min(trained, key=lambda k: trained[k][0])
     val, model = trained[l2]
     print(f"chose l2 {l2:g} (val MSE {val:.4f})")
-    common.save_checkpoint(args.out, dict(kind="predictor", method=args.method, **model,
-                                          denoiser=pi_ckpt, l2=l2, val_mse=val, split=split_args(args),
-                                          val_by_l2={str(k): v for k, (v, _) in trained.items()},
-                                          labeled_names=[names[i] for i in split["labeled"]], args=vars(args)))
+    harness.save_checkpoint(args.out, dict(kind="predictor", method=args.method, **model,
+                                           denoiser=pi_ckpt, l2=l2, val_mse=val, split=split_args(args),
+                                           val_by_l2={str(k): v for k, (v, _) in trained.items()},
+                                           labeled_names=[names[i] for i in split["labeled"]], args=vars(args)))
     print(f"wrote {args.out}")
 
 
 # === Evaluation: the test-MSE table, averaged over seeds ===
-
 def load_for_eval(path, glyphs, names):
     ckpt = load_fonts_checkpoint(path, "predictor")
     split = make_split(len(glyphs), **ckpt["split"], verbose=False)
@@ -443,13 +431,18 @@ def load_for_eval(path, glyphs, names):
     return (ckpt, split, *build_predictor(ckpt))
 
 
+def dash(value, fmt=""):
+    """A table cell: value formatted, or '-' for None."""
+    return "-" if value is None else format(value, fmt)
+
+
 def evaluate_checkpoint(path, glyphs, names, test_pi):
     """One row of the table, printed and returned: a predictor's settings and its test MSE, of f(x) and of
     Pi(f(x)). A composed model brings its own Pi; a direct one is denoised after training by `test_pi`."""
     ckpt, split, f, pi = load_for_eval(path, glyphs, names)
     test, own = labeled_examples(glyphs, split, "test"), ckpt["denoiser"]
-    d = own                       # a composed model's own Pi ...
-    if d is None and test_pi:     # ... or, for a direct one, Pi applied after training
+    d = own
+    if own is None and test_pi:
         d, pi = test_pi
     composed = ckpt["method"] == "composed"
     r = dict(method=ckpt["method"], corruption=d["corruption"] if d else None,
@@ -461,28 +454,22 @@ def evaluate_checkpoint(path, glyphs, names, test_pi):
     default_data = r["n_train"] == 2500 and not (own and own["args"]["unlabeled"] is not None)
     # The paper's number only beside our runs on the paper's data sizes (the sweeps' are in the README).
     paper = PAPER_TEST_MSE.get((variant, r["corruption"] if composed else None)) if default_data else None
-    pi_mse = "-" if r["pi_mse"] is None else f"{r['pi_mse']:.4f}"
-    print(f"| {os.path.basename(path)} | {r['method']} | {r['corruption'] or '-'} | "
-          f"{'-' if r['unlabeled'] is None else r['unlabeled']} | {r['dropout']:g} | {r['l2']:g} | {r['seed']} | "
-          f"{r['n_train']} | {r['n_test']} | {r['f_mse']:.4f} | {pi_mse} | **{r['mse']:.4f}** | "
-          f"{'-' if paper is None else paper} |", flush=True)
+    print(f"| {os.path.basename(path)} | {r['method']} | {dash(r['corruption'])} | {dash(r['unlabeled'])} | "
+          f"{r['dropout']:g} | {r['l2']:g} | {r['seed']} | {r['n_train']} | {r['n_test']} | {r['f_mse']:.4f} | "
+          f"{dash(r['pi_mse'], '.4f')} | **{r['mse']:.4f}** | {dash(paper)} |", flush=True)
     return r
+
+
+# Two-sided 95% Student t by number of seeds; the normal's 1.96 past 10.
+T_95 = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36, 9: 2.31, 10: 2.26}
 
 
 def mean_std(xs):
     return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
 
 
-def t_interval(xs):
-    """Mean and 95% Student-t half-width over seeds (n = 3: t = 4.30; the normal's 1.96 past 10 seeds)."""
-    t = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36, 9: 2.31, 10: 2.26}.get(len(xs), 1.96)
-    m, sd = mean_std(xs)
-    return m, t * sd / math.sqrt(len(xs))
-
-
 def print_seed_summary(rows):
-    """Mean ± std over seeds per setting (by training size, direct first), and composed - direct
-    paired by seed (same training size)."""
+    """Mean ± std over seeds per setting (by training size, direct first), and composed - direct paired by seed."""
     groups = {}
     for r in rows:   # a setting: what a run is apart from its seed
         key = (r["method"], r["corruption"] if r["method"] == "composed" else None, r["dropout"], r["unlabeled"],
@@ -499,26 +486,20 @@ def print_seed_summary(rows):
         denoised = [r["pi_mse"] for r in g.values() if r["pi_mse"] is not None]
         after = "-" if method == "composed" or not denoised else "%.4f ± %.4f" % mean_std(denoised)
         paired = "-"
-        direct = groups.get(("direct", None, 0.0, None, n_train), {})
+        direct = groups.get(("direct", None, 0.0, None, n_train), {})   # same training size
         seeds = sorted(set(g) & set(direct))
         if method == "composed" and seeds:
-            diff, half = t_interval([g[s]["mse"] - direct[s]["mse"] for s in seeds])
+            diff, diff_sd = mean_std([g[s]["mse"] - direct[s]["mse"] for s in seeds])
+            half = T_95.get(len(seeds), 1.96) * diff_sd / math.sqrt(len(seeds))   # 95% t-interval's half-width
             paired = f"{diff:+.4f} ± {half:.4f} ({len(seeds)} seeds)" if len(seeds) > 1 else f"{diff:+.4f} (1 seed)"
-        print(f"| {method} | {corruption or '-'} | {dropout:g} | {'-' if unlabeled is None else unlabeled} | "
+        print(f"| {method} | {dash(corruption)} | {dropout:g} | {dash(unlabeled)} | "
               f"{n_train} | {len(g)} | {m:.4f} ± {sd:.4f} | {after} | {paired} |")
-
-
-def claim_output_file(path: str, overwrite: bool, holds: str = "a finished run"):
-    """A run's checkpoint (or the rendered fonts) is replaced only by a run told it may (--overwrite)."""
-    common.check_output_file(path)
-    if os.path.exists(path) and not overwrite:
-        raise common.UsageError(f"{path} holds {holds}: --overwrite replaces it")
 
 
 def cmd_evaluate(args):
     for path, flag in ((args.png, "--png"), (args.plot, "--plot")):
         if path:
-            common.check_output_file(path, flag)
+            harness.check_output_file(path, flag)
     args.runs = args.runs or "runs/fonts"
     direct, composed = (os.path.join(args.runs, m + ".pt") for m in ("direct", "composed"))
     samples = not args.checkpoints and os.path.exists(direct) and os.path.exists(composed)
@@ -526,12 +507,13 @@ def cmd_evaluate(args):
         raise common.UsageError(f"--png draws {direct} and {composed}: train both first")
     glyphs, names = load_glyphs(args.data)
     paths = args.checkpoints or sorted(p for p in glob.glob(os.path.join(args.runs, "*.pt"))
-                                       if common.load_checkpoint(p, needs=("kind",))["kind"] == "predictor")
+                                       if harness.load_checkpoint(p, needs=("kind",))["kind"] == "predictor")
     if not paths:
         raise common.UsageError(f"no predictor checkpoint in {args.runs}: run `python fonts.py train` first")
+    runs_pi = os.path.join(args.runs, "denoiser.pt")
+    if args.denoiser is None and os.path.exists(runs_pi):   # --runs' Pi where there is one; a Pi named must exist
+        args.denoiser = runs_pi
     test_pi = None
-    if args.denoiser is None and os.path.exists(os.path.join(args.runs, "denoiser.pt")):  # --runs' where it exists;
-        args.denoiser = os.path.join(args.runs, "denoiser.pt")                          # one named must exist
     if args.denoiser not in (None, "none"):
         ckpt = load_fonts_checkpoint(args.denoiser, "denoiser")
         test_pi = (ckpt, build_denoiser(ckpt))
@@ -547,11 +529,9 @@ def cmd_evaluate(args):
 
 
 # === Pictures: Figure 6's sweeps as line plots, Figure 5's glyph grid (Pillow only) ===
-
 def plot_sweep(rows, png, size=(520, 360), margin=(70, 40, 20, 50)):
-    """Figure 6: test MSE against the number of labeled examples, or, when that is the same for
-    every run, against the number of unlabeled fonts. One line per method (mean over seeds, bars
-    from the lowest to the highest seed); direct ignores the denoiser, so it is drawn flat."""
+    """Figure 6: test MSE against the labeled examples or, when those are the same in every run, the unlabeled
+    fonts. A line per method (mean over seeds, bars from the lowest to the highest seed); direct, Pi-less, is flat."""
     by_labeled = len({r["n_train"] for r in rows}) > 1
     x_of = (lambda r: r["n_train"]) if by_labeled else (lambda r: r["unlabeled"])
     xs = sorted({x_of(r) for r in rows if x_of(r) is not None})
@@ -599,8 +579,7 @@ def plot_sweep(rows, png, size=(520, 360), margin=(70, 40, 20, 50)):
 
 
 def panel(images, title, in_train):
-    """A grid of glyphs (rows: fonts, columns: A-J) with a title; a thin gray frame marks the
-    glyphs that were training examples, the others had to be generalised to."""
+    """A grid of glyphs (rows: fonts, columns: A-J) with a title; a thin gray frame marks training examples."""
     cell, pad = SIZE * 2, 2
     n_rows, n_cols = images.shape[:2]
     img = Image.new("RGB", (n_cols * (cell + pad) + pad, n_rows * (cell + pad) + pad + 20), "white")
@@ -645,13 +624,13 @@ def save_samples(glyphs, names, direct_path, composed_path, png):
 
 
 # === Command line ===
-
 def main(argv=None):
-    parser = common.ArgumentParser(prog="fonts.py", description=__doc__)
+    parser = harness.ArgumentParser(prog="fonts.py", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
+
     def subcommand(name, text, example):
         return sub.add_parser(name, help=text, description=f"{text}.\n\n    {example}\n\n(python fonts.py --help: "
-                              "the whole pipeline.)")
+                              "the whole pipeline.)", formatter_class=harness.HelpFormatter)
     p = subcommand("render", "render 0-9A-Za-z of every usable font file",
                    "python fonts.py render [--font-dir DIR]   # -> data/fonts/glyphs.npz")
     p.add_argument("--font-dir", action="append", default=[], help="extra folder of .ttf/.otf/.ttc (repeatable)")
@@ -680,16 +659,13 @@ def main(argv=None):
         p.add_argument("--lr", type=float, help="Adam's rate (default: the preset's)")
         p.add_argument("--device", help="default: cuda if available, else cpu")
         p.add_argument("--overwrite", action="store_true", help="replace the checkpoint --out names, if one is there")
-
     denoiser.add_argument("--corruption", choices=list(CORRUPTIONS), default="blur", help="what Pi learns to undo")
-    denoiser.add_argument("--unlabeled", type=int,
-                          help="use only the first N unlabeled fonts (default: all)")
+    denoiser.add_argument("--unlabeled", type=int, help="use only the first N unlabeled fonts (default: all)")
     denoiser.add_argument("--steps", type=int, help="training steps (default: the preset's)")
     denoiser.add_argument("--width", type=int, help="U-Net channels at the first level")
     denoiser.add_argument("--unet-dropout", type=float, help="(default: the preset's)")
     denoiser.add_argument("--log-every", type=int, default=100, help="steps between progress lines")
     denoiser.add_argument("--out", default=DEFAULT_DENOISER, help="the checkpoint to write")
-
     train.add_argument("--method", choices=["direct", "composed"], required=True, help="f alone, or through Pi")
     train.add_argument("--denoiser", help=f"composed: the frozen Pi (default: {DEFAULT_DENOISER})")
     train.add_argument("--l2", type=float, nargs="+", help="strengths of an L2 penalty on the loss to try, chosen "
@@ -699,7 +675,6 @@ def main(argv=None):
     train.add_argument("--patience", type=int, help="stop after this many epochs without a better val MSE")
     train.add_argument("--log-every", type=int, default=10, help="epochs between progress lines")
     train.add_argument("--out", help="default: runs/fonts/<method>.pt")
-
     evaluate.add_argument("checkpoints", nargs="*", help="predictor checkpoints (default: all in --runs)")
     evaluate.add_argument("--runs", help="folder of the checkpoints (default: runs/fonts)")
     evaluate.add_argument("--png", help="Figure 5's grid of --runs' direct and composed.pt "
@@ -709,13 +684,12 @@ def main(argv=None):
     evaluate.add_argument("--plot", help="draw test MSE against the sweep's variable (Figure 6) into this PNG")
 
     args = parser.parse_args(argv)
-    presets = {"denoiser": DENOISER_PRESETS, "train": TRAIN_PRESETS}.get(args.cmd)
-    for key, value in common.column(presets, "fonts", args.preset).items() if presets else ():
+    for key, row in {"denoiser": DENOISER_PRESETS, "train": TRAIN_PRESETS}.get(args.cmd, {}).items():
         if getattr(args, key) is None:  # a flag left unset takes the preset's value
-            setattr(args, key, value)
-    common.check_ranges(parser, args, positive="lr", fraction="dropout unet_dropout",  # one-line errors
-                        at_least_1="steps epochs patience batch_size width log_every labeled_fonts labeled n_val "
-                                   "render_size", not_negative="unlabeled seed split_seed l2 duplicate_mse")
+            setattr(args, key, row[("paper", "cpu", "smoke").index(args.preset)])
+    harness.check_ranges(parser, args, positive="lr", fraction="dropout unet_dropout",  # one-line errors
+                         at_least_1="steps epochs patience batch_size width log_every labeled_fonts labeled n_val "
+                                    "render_size", not_negative="unlabeled seed split_seed l2 duplicate_mse")
     if args.cmd == "train":
         if args.method == "direct" and args.denoiser:
             parser.error("--denoiser is for --method composed (direct trains f alone)")
@@ -724,7 +698,7 @@ def main(argv=None):
     if args.cmd == "evaluate" and args.checkpoints and (args.runs or args.png):
         parser.error("--runs and --png are for the checkpoints in --runs: name no checkpoints with them")
     work = {"render": cmd_render, "denoiser": cmd_denoiser, "train": cmd_train, "evaluate": cmd_evaluate}[args.cmd]
-    common.run_main("fonts.py", work, args)  # bad input: one line on stderr, exit code 2
+    harness.run_main("fonts.py", work, args)  # bad input: one line on stderr, exit code 2
 
 
 if __name__ == "__main__":

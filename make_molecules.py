@@ -4,23 +4,18 @@
     python make_molecules.py --labeled 250 --out data/molecules_250
     python make_molecules.py --table tests/fixtures/molecules/identifiers.tsv --out /tmp/tiny --num-eval 20
 
-The paper's introduction names molecule generation beside code as a task whose outputs must be valid; this is such a
-task on real data nobody here wrote. The table is PubChem's (public domain), as the `chemicals` package ships it
-(MIT; `pip install chemicals==1.5.2` is needed only here, or --table FILE): a row per compound with its SMILES,
-PubChem's computed IUPAC name and other names (synonyms). Kept: single molecules (no salts or mixtures) with a
-SMILES of at most 60 characters and a name of at most 80, each SMILES in RDKit's canonical form, each molecule once.
+Like code, molecules are outputs that must be valid (the paper's introduction). The table is PubChem's (public domain)
+as the `chemicals` package ships it (MIT; `pip install chemicals==1.5.2`, or --table FILE). Kept: single molecules
+with a SMILES of at most 60 characters and a name of at most 80, each once, in RDKit's canonical form.
 
 Writes, one molecule per line and the same line number across a split's files:
     {train,val,test,ood}.src   a name       'methyl 4-oxidanylbenzoate'
     {train,val,test,ood}.tgt   its SMILES   'COC(=O)c1ccc(O)cc1'
     unlabeled.tgt              the SMILES of every other molecule, to pre-train the denoiser
     spm.model                  sentencepiece BPE, one vocabulary for train names + all training SMILES
-train, val and test name each molecule by PubChem's IUPAC name, in PubChem's systematic style (`oxidanyl`,
-`ethanoate`). ood holds other molecules of the same table, each named by the synonym closest to its IUPAC name
-among those that differ from it (a rephrasing at least half alike, `methyl 4-hydroxybenzoate`, not a trade name): the
-same kind of molecules in a naming style the labeled pairs never use, as SansType's ood rephrases its pseudocode.
-Its manifest records how often the denoiser's SMILES noise (common.corrupt_smiles) gives a string RDKit rejects,
-another molecule, or the same one.
+    dataset.json               {"dataset": "molecules", "noise": {"rejected": ..., "another_molecule": ..., ...}}
+train, val, test: PubChem's IUPAC names; ood: other molecules named by their other name most like it (a rephrasing,
+`methyl 4-hydroxybenzoate`), a style the labeled pairs never use. "noise": what RDKit makes of the denoiser's noise.
 """
 import difflib
 import importlib.util
@@ -29,6 +24,7 @@ import random
 import re
 
 import common
+import harness
 
 TABLE = os.path.join("Identifiers", "chemical identifiers pubchem large.tsv")  # inside the chemicals package
 SMILES, IUPAC_NAME, FIRST_OTHER_NAME = 4, 7, 8  # the table's columns: CID, CAS, formula, weight, SMILES, InChI, ...
@@ -54,15 +50,14 @@ def read_table(path: str | None) -> list[list[str]]:
 
 
 def usable_molecules(rows: list[list[str]]) -> list[tuple[str, str, list[str]]]:
-    """(canonical SMILES, IUPAC name, other names) of every single molecule within the length limits that RDKit
-    reads, each molecule once (the table's SMILES carry no stereochemistry, so isomers meet)."""
+    """(canonical SMILES, IUPAC name, other names) of each single molecule within the limits that RDKit reads."""
     molecules, seen = [], set()
     for row in rows:
         smiles, name = row[SMILES], row[IUPAC_NAME]
         if not smiles or not name or "." in smiles or len(smiles) > 60 or len(name) > 80:
             continue
         canonical = common.canonical_smiles(smiles)
-        if canonical and canonical not in seen and len(canonical) <= 60:
+        if canonical and canonical not in seen and len(canonical) <= 60:  # once: isomers meet (no stereochemistry)
             seen.add(canonical)
             molecules.append((canonical, name, row[FIRST_OTHER_NAME:]))
     return molecules
@@ -89,27 +84,27 @@ def measure_noise(smiles: list[str], seed: int) -> dict:
 
 
 def parse_args(argv):
-    parser = common.ArgumentParser(prog="make_molecules.py", description=__doc__)
-    parser.add_argument("--table", help="PubChem's identifier table (default: the one the chemicals package ships)")
-    parser.add_argument("--out", default="data/molecules", help="output directory")
-    parser.add_argument("--overwrite", action="store_true", help="replace the data --out holds (runs trained on it "
-                        "will no longer match it)")
-    parser.add_argument("--labeled", type=int, default=1000, help="name-SMILES pairs in train")
-    parser.add_argument("--num-eval", type=int, default=500, help="molecules in each of val, test, ood")
-    parser.add_argument("--unlabeled", type=int, default=0, help="SMILES for the denoiser (0: every other molecule)")
-    parser.add_argument("--seed", type=int, default=0, help="same seed, same bytes")
-    parser.add_argument("--vocab-size", type=int, default=800, help="joined sentencepiece BPE vocabulary")
+    parser = harness.ArgumentParser(prog="make_molecules.py", description=__doc__)
+    add = parser.add_argument
+    add("--table", help="PubChem's identifier table (default: the one the chemicals package ships)")
+    add("--out", default="data/molecules", help="output directory")
+    add("--overwrite", action="store_true", help="replace --out's data (runs trained on it will no longer match it)")
+    add("--labeled", type=int, default=1000, help="name-SMILES pairs in train")
+    add("--num-eval", type=int, default=500, help="molecules in each of val, test, ood")
+    add("--unlabeled", type=int, default=0, help="SMILES for the denoiser (0: every other molecule)")
+    add("--seed", type=int, default=0, help="same seed, same bytes")
+    add("--vocab-size", type=int, default=800, help="joined sentencepiece BPE vocabulary")
     args = parser.parse_args(argv)
-    common.check_ranges(parser, args, at_least_1="labeled num_eval vocab_size", not_negative="unlabeled")
+    harness.check_ranges(parser, args, at_least_1="labeled num_eval vocab_size", not_negative="unlabeled")
     return args
 
 
 def main(argv=None):
-    common.run_main("make_molecules.py", make_molecules, parse_args(argv))
+    harness.run_main("make_molecules.py", make_molecules, parse_args(argv))
 
 
 def make_molecules(args):
-    common.claim_data_folder(args.out, args.overwrite)
+    harness.claim_data_folder(args.out, args.overwrite)
     common.canonical_smiles("C")  # RDKit is there, or one line saying how to install it
     rows = read_table(args.table)
     molecules = usable_molecules(rows)
@@ -125,17 +120,14 @@ def make_molecules(args):
         raise common.UsageError(f"the table holds {len(molecules)} usable molecules ({len(ood)} with a rephrased "
                                 f"name): too few for --labeled {args.labeled} and --num-eval {n_eval}")
     splits = {"ood": ood, "val": rest[:n_eval], "test": rest[n_eval:2 * n_eval], "train": rest[2 * n_eval:needed]}
-    unlabeled = [smiles for smiles, _ in rest[needed:]]
-    unlabeled = unlabeled[:args.unlabeled] if args.unlabeled else unlabeled
+    unlabeled = [smiles for smiles, _ in rest[needed:]][:args.unlabeled or None]
     print("names: " + ", ".join(f"{split} {len(pairs)}" for split, pairs in splits.items()) +
           f"; unlabeled SMILES {len(unlabeled)}")
-
     spm_model = common.train_tokenizer([name for _, name in splits["train"]] +
                                        [smiles for smiles, _ in splits["train"]] + unlabeled, args.vocab_size)
     noise = measure_noise(unlabeled[:2000], args.seed)
     print(f"the denoiser's SMILES noise on {min(2000, len(unlabeled))} unlabeled molecules: "
           + ", ".join(f"{100 * share:.1f}% {kind.replace('_', ' ')}" for kind, share in noise.items()))
-
     os.makedirs(args.out, exist_ok=True)
     for split, pairs in splits.items():
         common.write_lines(os.path.join(args.out, f"{split}.src"), [name for _, name in pairs])
@@ -143,8 +135,8 @@ def make_molecules(args):
     common.write_lines(os.path.join(args.out, "unlabeled.tgt"), unlabeled)
     with open(os.path.join(args.out, "spm.model"), "wb") as f:
         f.write(spm_model)
-    common.write_manifest(args.out, "molecules", seed=args.seed, table=args.table or "chemicals 1.5.2: " + TABLE,
-                          noise=noise)
+    harness.write_manifest(args.out, "molecules", corruption="smiles", seed=args.seed, noise=noise,
+                           table=args.table or "chemicals 1.5.2: " + TABLE)
     print(f"wrote {args.out}/{{train,val,test,ood}}.{{src,tgt}}, unlabeled.tgt, spm.model, dataset.json")
 
 

@@ -2,22 +2,13 @@
 
     python make_sanstype.py                     # data/sanstype: 1000 labeled, 20000 unlabeled, 500 per eval split
     python make_sanstype.py --out /tmp/tiny --labeled 30 --unlabeled 100 --num-eval 20 --vocab-size 200
-    python make_sanstype.py --judge-unlabeled   # also prove all 20000 unlabeled programs compile (+5 min)
+    python make_sanstype.py --judge-unlabeled   # also prove all 20000 unlabeled programs compile
     python make_sanstype.py --released tests/fixtures/released --out data/released   # the authors' train and val
 
-A program (random_program) is built in three phases, as the authors' released generator builds it:
-  1. 1-3 variables (int, string or bool; var_0..var_9), each set to a value or read from stdin;
-  2. every one of them is touched once, in random order, by an operation that keeps its type (add, subtract,
-     append, prepend, and, set, or a swap inside `if ( v ) {`): this is what tells the predictor its type;
-  3. 1-4 random lines: 80% an operation on a random variable (10% of them after a min/max of two ints),
-     20% a new variable set to a value;
-then every variable is printed. The pseudocode never names a type and uses the same words for declaring
-and updating ("set var_0 to 5"), so the predictor has to infer each type from what the program does to it.
-
-Where the paper's text and the released generator disagree, we follow the generator, since it made the
-paper's numbers: 1-3 initial variables (Appendix C says 1-4) plus phase 2, which the text does not
-mention; ints 0..99 (the text: 0 to 100). The subtract pseudocode reads "set V to X minus V" while the code
-computes `V - X`: the released data says so too, and we keep it.
+A program (random_program), as the authors' released generator builds it: 1-3 variables, each touched by an
+operation that keeps its type (which the pseudocode never names), 1-4 random lines, then a print of each variable.
+Where Appendix C says otherwise (1-4 initial variables, no second phase, ints 0 to 100) we follow the generator, which
+made the paper's numbers, down to "set V to X minus V" computing `V - X`.
 
 Writes, one program per line and the same line number across a split's files:
     {train,val,test,ood}.src   pseudocode   ' $ set var_0 to 5;  $ print var_0;  $ '
@@ -27,12 +18,9 @@ Writes, one program per line and the same line number across a split's files:
     unlabeled.tgt              code only, to pre-train the denoiser
     unlabeled.src              their pseudocode: inputs with no gold output (finetune.py --unlabeled-inputs)
     spm.model                  sentencepiece BPE, one vocabulary for train pseudocode + all training code
-train, val and test use the in-distribution pseudocode templates; ood the OOD templates below, with the same
-programs' distribution. The same --seed gives the same bytes; each split has its own random stream, so
-changing the size of one split does not change the others. --released DIR takes the splits whose files DIR
-holds (the authors' release, https://worksheets.codalab.org/worksheets/0x9187b7eee9d2453389bb63dfb45c4a89, has
-train and val; tests/fixtures/released/ is a copy) byte for byte instead of generating them, and the unlabeled
-programs then avoid every program they hold; dataset.json names the splits that are the authors'.
+ood uses the OOD templates below. --released DIR takes the splits DIR holds byte for byte (the unlabeled programs avoid
+theirs): the authors' release, https://worksheets.codalab.org/worksheets/0x9187b7eee9d2453389bb63dfb45c4a89, has
+train and val (tests/fixtures/released/ is a copy).
 """
 import os
 import random
@@ -40,69 +28,45 @@ import shutil
 import sys
 
 import common
+import harness
 import judge
 
-# ----------------------------------------------------------------------------------------------------
-# Pseudocode templates, one list per statement kind: {v}, {w} are variables, {x} a value, {f} min or max.
-# train/val/test use the 15 in-distribution templates; ood rephrases most statement kinds (about 60% of its
-# template parts are never seen in training; the declare, set and min/max lines are kept).
-# An if-swap is one statement: "if V is true, [TAB set V to X; TAB set W to Y;] swap the values of V and W".
-# ----------------------------------------------------------------------------------------------------
+# Pseudocode templates by statement kind: {v}, {w} are variables, {x} a value, {f} min or max. ood rephrases every
+# kind but declare, set and min/max. An if-swap is one statement:
+# "if V is true, [TAB set V to X; TAB set W to Y;] swap the values of V and W".
 IN_DISTRIBUTION = {
-    "set": ["set {v} to {x}"],
-    "declare": ["instantiate {v}"],
-    "read": ["read {v} from stdin"],
-    "print": ["print {v}", "output {v} to stdout"],
-    "add": ["set {v} to {x} plus {v}"],
-    "subtract": ["set {v} to {x} minus {v}"],
-    "append": ["add {x} to the end of {v}"],
-    "prepend": ["add {x} to the beginning of {v}"],
-    "and": ["set {v} to the and with {x}"],
-    "if": ["if {v} is true,"],
+    "set": ["set {v} to {x}"], "declare": ["instantiate {v}"], "minmax": ["set {v} to {f} applied to {v} and {w}"],
+    "read": ["read {v} from stdin"], "print": ["print {v}", "output {v} to stdout"],
+    "add": ["set {v} to {x} plus {v}"], "subtract": ["set {v} to {x} minus {v}"],
+    "append": ["add {x} to the end of {v}"], "prepend": ["add {x} to the beginning of {v}"],
+    "and": ["set {v} to the and with {x}"], "if": ["if {v} is true,"],
     "swap": ["set {v} to the value of {w} and {w} to the value of {v}", "swap the values of {v} and {w}"],
-    "minmax": ["set {v} to {f} applied to {v} and {w}"],
 }
 OUT_OF_DISTRIBUTION = {
-    "set": ["set {v} to {x}"],
-    "declare": ["instantiate {v}"],
-    "read": ["read {v}", "{v} from stdin"],
-    "print": ["print {v} to stdout", "output {v}", "stdout {v}"],
+    **{kind: IN_DISTRIBUTION[kind] for kind in ("set", "declare", "minmax")},
+    "read": ["read {v}", "{v} from stdin"], "print": ["print {v} to stdout", "output {v}", "stdout {v}"],
     "add": ["set {v} to {v} plus {x}", "{v} to {x} plus {v}", "set {v} to {x} plus the value of {v}"],
     "subtract": ["{v} to {x} minus {v}", "set {v} to {x} minus the value of {v}"],
     "append": ["add {x} to {v} end", "add {x} to end of {v}"],
     "prepend": ["add {x} to {v} beginning", "add {x} to beginning of {v}"],
-    "and": ["set {v} to {v} and {x}", "and {v} with {x}", "{v} and {x}"],
-    "if": ["if {v} true,", "if {v},"],
+    "and": ["set {v} to {v} and {x}", "and {v} with {x}", "{v} and {x}"], "if": ["if {v} true,", "if {v},"],
     "swap": ["set {v} to {w} and set {w} to {v}", "set {v} to the value of {w} and {w} to {v}", "swap {v} and {w}"],
-    "minmax": ["set {v} to {f} applied to {v} and {w}"],
 }
-
-TYPES = ("int", "bool", "string")
-NAMES = [f"var_{i}" for i in range(10)]
+TYPES, NAMES = ("int", "bool", "string"), [f"var_{i}" for i in range(10)]
 # The operations that keep a variable's type, 1/3 each; a bool's swap is `if ( v ) { ... swap ... }`.
 OPERATIONS = {"int": ("add", "subtract", "set"), "string": ("append", "prepend", "set"), "bool": ("and", "set", "if")}
+SPLITS, FILES = ("train", "val", "test", "ood"), ("src", "tgt", "inp", "out")
 
 
-# ----------------------------------------------------------------------------------------------------
-# Values and statements. A statement is a (pseudocode, code) pair; where C++ allows several renderings
-# (`int x = 5 ;` or `int x ; x = 5 ;`, `x += 3 ;` or `x = x + 3 ;`) one is drawn at random.
-# ----------------------------------------------------------------------------------------------------
-def random_value(type_, rng):
-    """A literal as it appears in the code and the pseudocode."""
+# A statement is a (pseudocode, code) pair; where C++ allows several renderings (`int x = 5 ;` or `int x ; x = 5 ;`,
+# `x += 3 ;` or `x = x + 3 ;`) one is drawn at random.
+def random_value(type_, rng, stdin=False):
+    """A literal as the code and the pseudocode write it, or as typed on stdin (bools as 1/0, strings unquoted)."""
     if type_ == "int":
         return str(rng.randrange(100))
     if type_ == "string":
-        return f'"str_{rng.randrange(10)}"'
-    return rng.choice(["true", "false"])
-
-
-def random_stdin_value(type_, rng):
-    """A value as typed on stdin: cin reads bools as 1/0 and strings without quotes."""
-    if type_ == "int":
-        return str(rng.randrange(100))
-    if type_ == "string":
-        return f"str_{rng.randrange(10)}"
-    return rng.choice(["0", "1"])
+        return f"str_{rng.randrange(10)}" if stdin else f'"str_{rng.randrange(10)}"'
+    return rng.choice(["0", "1"] if stdin else ["true", "false"])
 
 
 def say(templates, kind, rng, **slots):
@@ -124,30 +88,15 @@ def operation(v, variables, rng, templates):
         return conditional_swap(v, variables, rng, templates)
     x = random_value(variables[v], rng)
     pseudo = say(templates, op, rng, v=v, x=x)
-    code = {"set": [f"{v} = {x} ;"],
-            "add": [f"{v} += {x} ;", f"{v} = {v} + {x} ;"],
-            "subtract": [f"{v} -= {x} ;", f"{v} = {v} - {x} ;"],
-            "append": [f"{v} += {x} ;", f"{v} = {v} + {x} ;"],
-            "prepend": [f"{v} = {x} + {v} ;"],
-            "and": [f"{v} = {v} && {x} ;"]}[op]
+    plus = [f"{v} += {x} ;", f"{v} = {v} + {x} ;"]
+    code = {"set": [f"{v} = {x} ;"], "add": plus, "subtract": [f"{v} -= {x} ;", f"{v} = {v} - {x} ;"],
+            "append": plus, "prepend": [f"{v} = {x} + {v} ;"], "and": [f"{v} = {v} && {x} ;"]}[op]
     return pseudo, rng.choice(code)
 
 
-def min_or_max(ints, rng, templates):
-    """v = min|max ( v , w ) on two distinct initial ints."""
-    v, w = rng.sample(ints, 2)
-    f = rng.choice(["min", "max"])
-    return say(templates, "minmax", rng, v=v, w=w, f=f), f"{v} = {f} ( {v} , {w} ) ;"
-
-
 def conditional_swap(c, variables, rng, templates):
-    """'if c is true,' swap two variables of one type through a `temp` declared inside the block.
-
-    If two variables share a type, swap the first two of the first such type (in declaration order;
-    c itself may be one). Otherwise the block first declares two variables of a random type and swaps
-    those: they shadow outer variables or are new and vanish at the closing brace, which is exactly the
-    scoping the predictor has to get right.
-    """
+    """'if c is true,' swap the first two variables of a shared type (c may be one) through a `temp`; if none share
+    one, two of a random type declared in the block: they shadow or vanish, the scoping the predictor must learn."""
     first_shared = [v for v in variables if list(variables.values()).count(variables[v]) > 1]
     if first_shared:
         type_ = variables[first_shared[0]]
@@ -156,21 +105,15 @@ def conditional_swap(c, variables, rng, templates):
     else:
         type_, (a, b) = rng.choice(TYPES), rng.sample(NAMES, 2)
         decl_a, decl_b = (declare_with_value(type_, name, rng, templates) for name in (a, b))
-        block_pseudo = f"TAB {decl_a[0]}; TAB {decl_b[0]}; "
-        block_code = f"~ {decl_a[1]} ~ {decl_b[1]} "
+        block_pseudo, block_code = f"TAB {decl_a[0]}; TAB {decl_b[0]}; ", f"~ {decl_a[1]} ~ {decl_b[1]} "
     pseudo = f"{say(templates, 'if', rng, v=c)} {block_pseudo}{say(templates, 'swap', rng, v=a, w=b)}"
-    code = f"if ( {c} ) {{ {block_code}{type_} temp = {a} ; {a} = {b} ; {b} = temp ; }}"
-    return pseudo, code
+    return pseudo, f"if ( {c} ) {{ {block_code}{type_} temp = {a} ; {a} = {b} ; {b} = temp ; }}"
 
 
 def random_program(rng, templates):
     """One program as (pseudocode line, code line, stdin line) in the released files' format."""
-    variables = {}  # outer-scope variables in declaration order -> type
-    statements = []  # (pseudocode, code) pairs
-    stdin = []
-
-    # Phase 1: 1-3 variables, each set to a value or read from stdin.
-    initial = rng.sample(NAMES, rng.randint(1, 3))
+    variables, statements, stdin = {}, [], []  # variables: outer-scope ones in declaration order -> type
+    initial = rng.sample(NAMES, rng.randint(1, 3))  # each set to a value or read from stdin
     for v in initial:
         variables[v] = type_ = rng.choice(TYPES)
         if rng.random() < 0.5:
@@ -178,36 +121,28 @@ def random_program(rng, templates):
         else:
             statements.append((say(templates, "declare", rng, v=v), f"{type_} {v} ;"))
             statements.append((say(templates, "read", rng, v=v), f"cin >> {v} ;"))
-            stdin.append(random_stdin_value(type_, rng))
-
-    # Phase 2: an operation on every initial variable, which pins down its type.
-    for v in rng.sample(initial, len(initial)):
+            stdin.append(random_value(type_, rng, stdin=True))
+    for v in rng.sample(initial, len(initial)):  # an operation on each, which pins down its type
         statements.append(operation(v, variables, rng, templates))
-
-    # Phase 3: 1-4 lines, 80% an operation on any variable (sometimes after a min/max), 20% a new variable.
     ints = [v for v in initial if variables[v] == "int"]
-    for _ in range(rng.randint(1, 4)):
+    for _ in range(rng.randint(1, 4)):  # random lines: mostly operations, else a new variable
         if rng.random() < 0.8:
-            if len(ints) >= 2 and rng.random() < 0.1:
-                statements.append(min_or_max(ints, rng, templates))
+            if len(ints) >= 2 and rng.random() < 0.1:  # v = min|max ( v , w ) on two distinct initial ints
+                (v, w), f = rng.sample(ints, 2), rng.choice(["min", "max"])
+                statements.append((say(templates, "minmax", rng, v=v, w=w, f=f), f"{v} = {f} ( {v} , {w} ) ;"))
             statements.append(operation(rng.choice(list(variables)), variables, rng, templates))
         else:
             v = rng.choice([name for name in NAMES if name not in variables])  # (at most 7 in use here)
             variables[v] = rng.choice(TYPES)
             statements.append(declare_with_value(variables[v], v, rng, templates))
-
-    # Print every outer-scope variable: cout with no separator, bools print as 1/0.
-    for v in variables:
-        statements.append((say(templates, "print", rng, v=v), f"cout << {v} ;"))
-
+    statements += [(say(templates, "print", rng, v=v), f"cout << {v} ;") for v in variables]  # bools print as 1/0
     src = " $ " + " $ ".join(f"{pseudo}; " for pseudo, _ in statements) + " $ "
     tgt = "int main () { $ " + " $ ".join(code for _, code in statements) + " $ return 0; }"
     return src, tgt, "\t".join(stdin)
 
 
 def make_split(name, size, seed, templates, avoid=frozenset()):
-    """`size` programs as three parallel lists (src, tgt, inp), from a random stream of their own; none whose code
-    is in `avoid` (drawn again)."""
+    """`size` programs as lists (src, tgt, inp) from the split's own random stream, none whose code is in `avoid`."""
     rng = random.Random(f"sanstype-{seed}-{name}")  # str seeds are hashed with sha512: stable across runs
     programs = []
     while len(programs) < size:
@@ -217,12 +152,8 @@ def make_split(name, size, seed, templates, avoid=frozenset()):
     return [list(column) for column in zip(*programs)]
 
 
-SPLITS, FILES = ("train", "val", "test", "ood"), ("src", "tgt", "inp", "out")
-
-
 def read_released(folder: str) -> dict:
-    """The splits whose files `folder` holds (the authors' release: {train,val,test,ood}.{src,tgt,inp,out}), as
-    {split: {extension: lines}}. A split found must have all four files, with one line per program in each."""
+    """{split: {extension: lines}} of the splits whose four files `folder` holds, one line per program in each."""
     found = {}
     for split in SPLITS:
         present = [ext for ext in FILES if os.path.isfile(os.path.join(folder, f"{split}.{ext}"))]
@@ -240,13 +171,10 @@ def read_released(folder: str) -> dict:
     return found
 
 
-# ----------------------------------------------------------------------------------------------------
-# Gold outputs: every gold program must compile and run; one that does not is a generator bug.
-# ----------------------------------------------------------------------------------------------------
 def run_gold_programs(splits, names):
-    """Judge all programs of the named splits in one batch; return {split: list of stdout lines}."""
+    """{split: stdout lines} of the named splits' programs, judged in one batch; one that fails is a generator bug."""
     programs = [(name, i) for name in names for i in range(len(splits[name][1]))]
-    meter = common.Progress(len(programs), "judging gold programs")
+    meter = harness.Progress(len(programs), "judging gold programs")
     results = judge.run_programs([splits[n][1][i] for n, i in programs],
                                  [splits[n][2][i] for n, i in programs], progress=meter.step)
     for (name, i), result in zip(programs, results):
@@ -258,37 +186,34 @@ def run_gold_programs(splits, names):
 
 
 def parse_args(argv):
-    parser = common.ArgumentParser(prog="make_sanstype.py", description=__doc__)
-    parser.add_argument("--out", default="data/sanstype", help="output directory")
-    parser.add_argument("--overwrite", action="store_true", help="replace the data --out holds (runs trained on it "
-                        "will no longer match it)")
-    parser.add_argument("--labeled", type=int, help="pseudocode-code pairs in train (default: 1000)")
-    parser.add_argument("--unlabeled", type=int, default=20000, help="code-only programs (denoiser)")
-    parser.add_argument("--num-eval", type=int, help="programs in each of val, test, ood (default: 500)")
-    parser.add_argument("--released", metavar="DIR", help="take the splits whose files DIR holds (the authors' "
-                        "SansType release) as they are, generating the others")
-    parser.add_argument("--seed", type=int, default=0, help="same seed, same bytes")
-    parser.add_argument("--vocab-size", type=int, default=600, help="joined sentencepiece BPE vocabulary")
-    parser.add_argument("--judge-unlabeled", action="store_true",
-                        help="also compile and run the unlabeled programs (slow; the generator is tested)")
+    parser = harness.ArgumentParser(prog="make_sanstype.py", description=__doc__)
+    add = parser.add_argument
+    add("--out", default="data/sanstype", help="output directory")
+    add("--overwrite", action="store_true", help="replace --out's data (runs trained on it will no longer match it)")
+    add("--labeled", type=int, help="pseudocode-code pairs in train (default: 1000)")
+    add("--unlabeled", type=int, default=20000, help="code-only programs (denoiser)")
+    add("--num-eval", type=int, help="programs in each of val, test, ood (default: 500)")
+    add("--released", metavar="DIR", help="take the splits DIR holds (the authors' release) as they are")
+    add("--seed", type=int, default=0, help="same seed, same bytes")
+    add("--vocab-size", type=int, default=600, help="joined sentencepiece BPE vocabulary")
+    add("--judge-unlabeled", action="store_true", help="also compile and run the unlabeled programs (slow)")
     args = parser.parse_args(argv)
-    common.check_ranges(parser, args, at_least_1="labeled unlabeled num_eval vocab_size")
+    harness.check_ranges(parser, args, at_least_1="labeled unlabeled num_eval vocab_size")
     return args
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    common.run_main("make_sanstype.py", make_sanstype, args)
+    harness.run_main("make_sanstype.py", make_sanstype, parse_args(argv))
 
 
 def make_sanstype(args):
-    common.claim_data_folder(args.out, args.overwrite)
+    harness.claim_data_folder(args.out, args.overwrite)
     released = read_released(args.released) if args.released else {}
-    sizes = {"train": args.labeled or 1000, "val": args.num_eval or 500, "test": args.num_eval or 500,
-             "ood": args.num_eval or 500, "unlabeled": args.unlabeled}
-    for flag, names in (("--labeled", ["train"]), ("--num-eval", ["val", "test", "ood"])):
-        if getattr(args, flag[2:].replace("-", "_")) and set(names) <= set(released):
+    for flag, value, names in (("--labeled", args.labeled, ["train"]), ("--num-eval", args.num_eval, SPLITS[1:])):
+        if value and set(names) <= set(released):
             raise common.UsageError(f"{flag} applies to generated splits: {args.released} holds {', '.join(names)}")
+    sizes = {"train": args.labeled or 1000, **dict.fromkeys(SPLITS[1:], args.num_eval or 500),
+             "unlabeled": args.unlabeled}
     generated = [name for name in SPLITS if name not in released]
     splits = {name: make_split(name, sizes[name], args.seed, OUT_OF_DISTRIBUTION if name == "ood" else
                                IN_DISTRIBUTION) for name in generated}
@@ -300,28 +225,23 @@ def make_sanstype(args):
               f"{', '.join(generated + ['unlabeled'])}, the unlabeled programs none of theirs")
     print(f"generated {sum(sizes[name] for name in generated + ['unlabeled'])} programs: " +
           ", ".join(f"{name} {sizes[name]}" for name in generated + ["unlabeled"]))
-
-    # The tokenizer sees what training may use: train pseudocode and all training code (never eval data).
-    # Trained before the slow judging so that a bad --vocab-size fails fast.
+    # Train pseudocode and all training code (never eval data), before the slow judging: a bad --vocab-size fails fast.
     spm_model = common.train_tokenizer(splits["train"][0] + splits["train"][1] + splits["unlabeled"][1],
                                        args.vocab_size)
-
     outputs = run_gold_programs(splits, generated + (["unlabeled"] if args.judge_unlabeled else []))
-
     os.makedirs(args.out, exist_ok=True)
     for name in generated:
-        src, tgt, inp = splits[name]
-        for ext, lines in [("src", src), ("tgt", tgt), ("inp", inp), ("out", outputs[name])]:
+        for ext, lines in zip(FILES, [*splits[name], outputs[name]]):
             common.write_lines(os.path.join(args.out, f"{name}.{ext}"), lines)
-    for name, ext in ((name, ext) for name in released for ext in FILES):  # byte for byte
-        shutil.copyfile(os.path.join(args.released, f"{name}.{ext}"), os.path.join(args.out, f"{name}.{ext}.tmp"))
-        os.replace(os.path.join(args.out, f"{name}.{ext}.tmp"), os.path.join(args.out, f"{name}.{ext}"))
+    for path in (f"{name}.{ext}" for name in released for ext in FILES):  # byte for byte
+        shutil.copyfile(os.path.join(args.released, path), os.path.join(args.out, f"{path}.tmp"))
+        os.replace(os.path.join(args.out, f"{path}.tmp"), os.path.join(args.out, path))
     common.write_lines(os.path.join(args.out, "unlabeled.tgt"), splits["unlabeled"][1])
     common.write_lines(os.path.join(args.out, "unlabeled.src"), splits["unlabeled"][0])
     with open(os.path.join(args.out, "spm.model"), "wb") as f:
         f.write(spm_model)
-    common.write_manifest(args.out, "sanstype", seed=args.seed, authors_splits=list(released),
-                          **({"released_from": os.path.abspath(args.released)} if released else {}))
+    harness.write_manifest(args.out, "sanstype", corruption="code", seed=args.seed, authors_splits=list(released),
+                           **({"released_from": os.path.abspath(args.released)} if released else {}))
     print(f"wrote {args.out}/{{train,val,test,ood}}.{{src,tgt,inp,out}}, unlabeled.{{tgt,src}}, spm.model, "
           "dataset.json")
 

@@ -4,12 +4,8 @@
     python make_spoc.py --spoc S --splits train,val,testw --train S/spoc-train-test.tsv --val S/spoc-train-eval.tsv \\
         --testw S/spoc-train-eval.tsv --out data/spoc   # e.g. the two-file sample: train on one file, test on the other
 
-SPoC is competitive-programming C++ from codeforces.com with crowd-written pseudocode for each line
-(https://sumith1896.github.io/spoc/, CC BY 4.0). The release's layout: `train/spoc-train.tsv` and its split
-`train/split/spoc-train-{train,eval,test}.tsv`, `test/spoc-test{w,p}.tsv` (TestW: new crowd workers on the
-training problems; TestP: new problems), `testcases/<probid>/<probid>_testcases_hidden.txt`. Splits: train
-(the split's train file, else the whole training file), val (the split's eval file), testw and testp;
---train/--val/--testw/--testp name other files, and --splits leaves splits out.
+SPoC (https://sumith1896.github.io/spoc/, CC BY 4.0): C++ from codeforces.com, crowd-written pseudocode per line.
+Splits: train (less programs over --max-chars characters: Appendix E), val, testw (new workers), testp (new problems).
 
 Writes, one program per line and the same line number across a split's files (the paper's format):
     {split}.src          pseudocode lines with their indentation, joined by ` $ `; lines without pseudocode
@@ -20,34 +16,25 @@ Writes, one program per line and the same line number across a split's files (th
     dataset.json         {"dataset": "spoc", ...}: tells the other stages which presets, noise and judge apply
     {split}.cases.jsonl  the hidden test cases of the split's problems, each problem once:
                          {"probid": "478A", "cases": [[stdin, expected stdout], ...]}
-    unlabeled.tgt        with --unlabeled TSV: more code for the denoiser (the paper used 284k codeforces
-                         programs), in the same format and under the same length filter as train
-    spm.model            a joined sentencepiece BPE (10000 pieces, fewer when the data cannot support them)
+    unlabeled.tgt        with --unlabeled TSV: more code for the denoiser, in train's format and length filter
+    spm.model            a joined sentencepiece BPE (--vocab-size pieces, fewer when the data cannot support them)
                          trained on the train split's pseudocode and code (and the unlabeled code)
-Train programs whose pseudocode or code is longer than --max-chars (1000) characters are dropped, as in
-Appendix E (which keeps 11355 of 11925, 95.2%; on the sample's 3035 programs this rule keeps 95.8%); val and the
-test splits are kept whole.
 """
 import json
 import os
 import re
 
 import common
+import harness
 
 SPLITS = ("train", "val", "testw", "testp")
-# Where each split lives in the release, in order of preference.
-LAYOUT = {"train": ["train/split/spoc-train-train.tsv", "train/spoc-train.tsv"],
+LAYOUT = {"train": ["train/split/spoc-train-train.tsv", "train/spoc-train.tsv"],  # a split's files, preferred first
           "val": ["train/split/spoc-train-eval.tsv"],
-          "testw": ["test/spoc-testw.tsv"],
-          "testp": ["test/spoc-testp.tsv"]}
+          "testw": ["test/spoc-testw.tsv"], "testp": ["test/spoc-testp.tsv"]}
 TSV_HEADER = ["text", "code", "workerid", "probid", "subid", "line", "indent"]
 
-
-# ----------------------------------------------------------------------------------------------------
-# C++ tokens. Literals stay whole (spaces and all), so joining the tokens with spaces gives back the same
-# program; comments are dropped; the operator `~` is glued to its operand, so that a lone `~` always means
-# indentation (judge.spoc_source turns a program line back into C++).
-# ----------------------------------------------------------------------------------------------------
+# C++ tokens: literals whole, so that the tokens joined by spaces give the program back (judge.spoc_source); comments
+# dropped; the operator `~` glued to its operand, so that a lone `~` always means indentation.
 CPP_TOKEN = re.compile(r"""
       //.* | /\*.*?\*/                               # comments (dropped)
     | (?:u8|[uUL])?"(?:\\.|[^"\\])*"                 # string literal
@@ -58,40 +45,29 @@ CPP_TOKEN = re.compile(r"""
     | \S""", re.VERBOSE)
 
 
-def cpp_tokens(line: str) -> list[str]:
-    if line.lstrip().startswith("#"):  # a preprocessor line: its spaces matter (`#define f(x)`), keep it
-        return line.split()
-    tokens = [t for t in CPP_TOKEN.findall(line) if not t.startswith(("//", "/*"))]
-    for i in reversed(range(len(tokens) - 1)):
-        if tokens[i] == "~":
-            tokens[i:i + 2] = ["~" + tokens[i + 1]]
-    return tokens
-
-
 def code_line(code: str, indent: int) -> str:
-    return " ".join(["~"] * indent + cpp_tokens(code))
+    """A line of C++ as a `~` per indentation level, then its tokens, separated by spaces."""
+    if code.lstrip().startswith("#"):  # a preprocessor line: its spaces matter (`#define f(x)`), keep it
+        tokens = code.split()
+    else:
+        tokens = [t for t in CPP_TOKEN.findall(code) if not t.startswith(("//", "/*"))]
+        for i in reversed(range(len(tokens) - 1)):
+            if tokens[i] == "~":
+                tokens[i:i + 2] = ["~" + tokens[i + 1]]
+    return " ".join(["~"] * indent + tokens)
 
 
-def pseudocode_line(text: str, indent: int) -> str:
-    return f"TAB{indent} " + " ".join(text.split())
-
-
-# ----------------------------------------------------------------------------------------------------
-# Reading the release
-# ----------------------------------------------------------------------------------------------------
 def split_file(args, split: str) -> str:
-    """The TSV file of a split: the one named by --<split>, else the first of LAYOUT found under --spoc."""
+    """The TSV file of a split: the one --<split> names, else the first of LAYOUT found under --spoc."""
     given = getattr(args, split)
-    if given:
-        if not os.path.isfile(given):
-            raise common.UsageError(f"missing file: {given} (--{split})")
-        return given
+    if given and not os.path.isfile(given):
+        raise common.UsageError(f"missing file: {given} (--{split})")
     candidates = [os.path.join(args.spoc, path) for path in LAYOUT[split]]
-    for path in candidates:
-        if os.path.isfile(path):
-            return path
-    raise common.UsageError(f"missing file: {candidates[-1]} (the {split} split: name one with --{split}, "
-                            f"or leave the split out with --splits)")
+    found = given or next((path for path in candidates if os.path.isfile(path)), None)
+    if not found:
+        raise common.UsageError(f"missing file: {candidates[-1]} (the {split} split: name one with --{split}, "
+                                "or leave the split out with --splits)")
+    return found
 
 
 def read_programs(path: str) -> list[dict]:
@@ -104,47 +80,32 @@ def read_programs(path: str) -> list[dict]:
     for number, row in enumerate(rows[1:], start=2):
         if len(row) != len(TSV_HEADER) or not row[5].isdigit() or not row[6].isdigit():
             raise common.UsageError(f"{path}:{number}: expected 7 tab-separated columns ending in the line "
-                                    f"number and the indentation")
+                                    "number and the indentation")
         text, code, workerid, probid, subid, line, indent = row
         if line == "0":
             programs.append({"probid": probid, "subid": subid, "workerid": workerid, "src": [], "tgt": []})
         elif not programs:
             raise common.UsageError(f"{path}:{number}: the first program does not start at line 0")
         if text.strip():
-            programs[-1]["src"].append(pseudocode_line(text, int(indent)))
+            programs[-1]["src"].append(f"TAB{int(indent)} " + " ".join(text.split()))
         programs[-1]["tgt"].append(code_line(code, int(indent)))
     return [dict(p, src=" $ ".join(p["src"]), tgt=" $ ".join(p["tgt"])) for p in programs]
 
 
 def read_test_cases(testcases: str, probid: str) -> list[tuple[str, str]]:
-    """A problem's hidden test cases: (stdin without its last newline, expected stdout) pairs.
-    The file holds input lines, `###ENDINPUT###`, output lines, `###ENDOUTPUT###`, again and again."""
+    """A problem's hidden test cases: (stdin without its last newline, expected stdout) pairs."""
     path = os.path.join(testcases, probid, f"{probid}_testcases_hidden.txt")
     if not os.path.isfile(path):
         raise common.UsageError(f"missing file: {path} (the test cases of problem {probid})")
     with open(path, encoding="utf-8") as f:
-        text = f.read()
-    cases = re.findall(r"(.*?)\n?###ENDINPUT###\n(.*?)###ENDOUTPUT###\n?", text, re.DOTALL)
+        cases = re.findall(r"(.*?)\n?###ENDINPUT###\n(.*?)###ENDOUTPUT###\n?", f.read(), re.DOTALL)
     if not cases:
         raise common.UsageError(f"{path}: no test cases (expected input, ###ENDINPUT###, output, ###ENDOUTPUT###)")
     return cases
 
 
-# ----------------------------------------------------------------------------------------------------
-# Writing
-# ----------------------------------------------------------------------------------------------------
-def write_split(out: str, split: str, programs: list[dict], cases: dict):
-    common.write_lines(os.path.join(out, f"{split}.src"), [p["src"] for p in programs])
-    common.write_lines(os.path.join(out, f"{split}.tgt"), [p["tgt"] for p in programs])
-    common.write_lines(os.path.join(out, f"{split}.ids"), ["\t".join((p["probid"], p["subid"], p["workerid"]))
-                                                           for p in programs])
-    problems = dict.fromkeys(p["probid"] for p in programs)
-    common.write_lines(os.path.join(out, f"{split}.cases.jsonl"),
-                       [json.dumps({"probid": probid, "cases": cases[probid]}) for probid in problems])
-
-
 def make_spoc(args):
-    common.claim_data_folder(args.out, args.overwrite)
+    harness.claim_data_folder(args.out, args.overwrite)
     splits = args.splits.split(",")
     paths = {split: split_file(args, split) for split in splits}  # every missing file before any work
     testcases = args.testcases or os.path.join(args.spoc, "testcases")
@@ -156,50 +117,51 @@ def make_spoc(args):
         if split == "train":
             kept = [p for p in programs if max(len(p["src"]), len(p["tgt"])) <= args.max_chars]
             print(f"train: kept {len(kept)} of {len(programs)} programs with at most {args.max_chars} characters "
-                  f"of pseudocode and of code")
+                  "of pseudocode and of code")
             programs = kept
         print(f"{split}: {len(programs)} programs of {len({p['probid'] for p in programs})} problems from "
               f"{paths[split]}")
         data[split] = programs
-        cases.update({p["probid"]: read_test_cases(testcases, p["probid"]) for p in programs
-                      if p["probid"] not in cases})
+        cases |= {p["probid"]: read_test_cases(testcases, p["probid"]) for p in programs if p["probid"] not in cases}
     unlabeled = []
     if args.unlabeled:  # code without pseudocode, for the denoiser: the same filter as train
         unlabeled = [p["tgt"] for p in read_programs(args.unlabeled) if len(p["tgt"]) <= args.max_chars]
         print(f"unlabeled: {len(unlabeled)} programs with at most {args.max_chars} characters of code")
-
     os.makedirs(args.out, exist_ok=True)  # only now: bad input leaves nothing behind
-    for split in splits:
-        write_split(args.out, split, data[split], cases)
+    for split, programs in data.items():
+        problems = dict.fromkeys(p["probid"] for p in programs)  # each once, in order
+        files = {"src": [p["src"] for p in programs], "tgt": [p["tgt"] for p in programs],
+                 "ids": ["\t".join((p["probid"], p["subid"], p["workerid"])) for p in programs],
+                 "cases.jsonl": [json.dumps({"probid": probid, "cases": cases[probid]}) for probid in problems]}
+        for ext, lines in files.items():
+            common.write_lines(os.path.join(args.out, f"{split}.{ext}"), lines)
     if unlabeled:
         common.write_lines(os.path.join(args.out, "unlabeled.tgt"), unlabeled)
     if "train" in data:
         train = data["train"]
-        spm = common.train_tokenizer([p["src"] for p in train] + [p["tgt"] for p in train] + unlabeled,
-                              args.vocab_size)
+        spm = common.train_tokenizer([p["src"] for p in train] + [p["tgt"] for p in train] + unlabeled, args.vocab_size)
         with open(os.path.join(args.out, "spm.model"), "wb") as f:
             f.write(spm)
-    common.write_manifest(args.out, "spoc", splits=splits)
-    print(f"wrote {args.out}/{{{','.join(splits)}}}.{{src,tgt,ids,cases.jsonl}}" + (", spm.model" if "train" in
-                                                                                   data else "") + ", dataset.json")
+    harness.write_manifest(args.out, "spoc", corruption="line", error_detector="compile", splits=splits)
+    print(f"wrote {args.out}/{{{','.join(splits)}}}.{{src,tgt,ids,cases.jsonl}}" + ", spm.model" * ("train" in data)
+          + ", dataset.json")
 
 
 def parse_args(argv):
-    parser = common.ArgumentParser(prog="make_spoc.py", description=__doc__)
-    parser.add_argument("--spoc", required=True, help="the SPoC release's folder (train/, test/, testcases/)")
-    parser.add_argument("--out", default="data/spoc", help="output directory")
-    parser.add_argument("--overwrite", action="store_true", help="replace the data --out holds (runs trained on it "
-                        "will no longer match it)")
-    parser.add_argument("--splits", default=",".join(SPLITS), help="the splits to write")
+    parser = harness.ArgumentParser(prog="make_spoc.py", description=__doc__)
+    add = parser.add_argument
+    add("--spoc", required=True, help="the SPoC release's folder (train/, test/, testcases/)")
+    add("--out", default="data/spoc", help="output directory")
+    add("--overwrite", action="store_true", help="replace --out's data (runs trained on it will no longer match it)")
+    add("--splits", default=",".join(SPLITS), help="the splits to write")
     for split in SPLITS:
-        parser.add_argument(f"--{split}", metavar="TSV", help=f"read the {split} split from this file")
-    parser.add_argument("--testcases", help="the test cases' folder (default: SPOC/testcases)")
-    parser.add_argument("--unlabeled", metavar="TSV", help="more code for the denoiser, in the release's TSV "
-                        "layout (the text column may be empty) -> unlabeled.tgt")
-    parser.add_argument("--max-chars", type=int, default=1000, help="drop longer train programs (characters)")
-    parser.add_argument("--vocab-size", type=int, default=10000, help="joined sentencepiece BPE vocabulary")
+        add(f"--{split}", metavar="TSV", help=f"read the {split} split from this file")
+    add("--testcases", help="the test cases' folder (default: SPOC/testcases)")
+    add("--unlabeled", metavar="TSV", help="more code for the denoiser: a TSV as the release's, text may be empty")
+    add("--max-chars", type=int, default=1000, help="drop longer train programs (characters)")
+    add("--vocab-size", type=int, default=10000, help="joined sentencepiece BPE vocabulary")
     args = parser.parse_args(argv)
-    common.check_ranges(parser, args, at_least_1="max_chars vocab_size")
+    harness.check_ranges(parser, args, at_least_1="max_chars vocab_size")
     unknown = set(args.splits.split(",")) - set(SPLITS)
     if unknown:
         parser.error(f"unknown split {', '.join(sorted(unknown))} in --splits (known: {', '.join(SPLITS)})")
@@ -207,7 +169,7 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    common.run_main("make_spoc.py", make_spoc, parse_args(argv))
+    harness.run_main("make_spoc.py", make_spoc, parse_args(argv))
 
 
 if __name__ == "__main__":

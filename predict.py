@@ -6,9 +6,7 @@
     python predict.py runs/standard/model.pt --denoiser runs/denoiser/model.pt < inputs.txt   # a test-time Pi
     echo 'read var_0 from stdin ; print var_0' | python predict.py runs/standard/model.pt
 
-A checkpoint holds its tokenizer, so no data folder is needed. Decoding is greedy, in batches of similar length, as
-evaluate.py decodes; the outputs come in the inputs' order, a blank line for a blank input line. From Python, anywhere
-(the same function, the same outputs):
+The checkpoint holds its tokenizer; decoding is greedy, as evaluate.py's. From Python, anywhere:
 
     import sys; sys.path.insert(0, "/path/to/composed-finetuning")   # this folder
     import predict
@@ -18,31 +16,29 @@ import os
 import sys
 
 import common
+import harness
 
 
 def main(argv=None):
-    parser = common.ArgumentParser(prog="predict.py", description=__doc__)
+    parser = harness.ArgumentParser(prog="predict.py", description=__doc__)
     parser.add_argument("model", help="a predictor checkpoint (runs/<name>/model.pt)")
-    parser.add_argument("--input", help="a file of inputs, one a line (default: standard input); a blank line "
-                        "is answered with a blank line")
-    parser.add_argument("--denoiser", help="apply this denoiser: Pi(f(x)) (a composed model applies its own unless "
-                        "given another, or none)")
+    parser.add_argument("--input", help="a file of inputs, one a line (default: standard input); blank in, blank out")
+    parser.add_argument("--denoiser", help="Pi(f(x)) with this denoiser, or none (default: a composed model's own)")
     parser.add_argument("--batch-size", type=int, default=64, help="inputs decoded at once")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     args = parser.parse_args(argv)
-    common.check_ranges(parser, args, at_least_1="batch_size")
-    common.run_main("predict.py", predict, args)
+    harness.check_ranges(parser, args, at_least_1="batch_size")
+    harness.run_main("predict.py", predict, args)
 
 
 def predict(args):
     if args.input and not os.path.isfile(args.input):
         raise common.UsageError(f"missing file: {args.input}")
-    try:  # (newline="": a file's lines break where standard input's do)
+    try:  # newline="": a file's lines break where standard input's do
         text = open(args.input, encoding="utf-8", newline="").read() if args.input else sys.stdin.read()
     except UnicodeDecodeError:
         raise common.UsageError(f"{args.input or 'standard input'} is not UTF-8 text") from None
-    inputs = read_inputs(text)
-    outputs = predictions(args.model, inputs, args.denoiser, args.batch_size, args.device)
+    outputs = predictions(args.model, read_inputs(text), args.denoiser, args.batch_size, args.device)
     try:
         sys.stdout.writelines(output + "\n" for output in outputs)
         sys.stdout.flush()
@@ -51,9 +47,8 @@ def predict(args):
 
 
 def read_inputs(text: str) -> list[str]:
-    """One input a line: lines break at "\n" (with "\r\n" taken whole) only, not at the other breaks of
-    str.splitlines() (U+2028, U+0085, a form feed, a lone "\r"), which an input may hold: an output a line, in the
-    inputs' order. A final newline does not make an extra input."""
+    r"""One input a line, broken at "\n" or "\r\n" only (an input may hold U+2028, U+0085, a form feed or a lone
+    "\r"), so that outputs line up with inputs; a final newline makes no extra input."""
     lines = text.split("\n")
     last = lines.pop()  # what follows the last newline: "", or a last line without one
     return [line.removesuffix("\r") for line in lines] + [last] * bool(last)
@@ -61,18 +56,17 @@ def read_inputs(text: str) -> list[str]:
 
 def predictions(model_path: str, inputs: list[str], denoiser: str | None = None, batch_size: int = 64,
                 device: str | None = None) -> list[str]:
-    """The model's output for each input: f(x), or Pi(f(x)) where evaluate.py would apply a denoiser (a composed
-    model's own Pi unless `denoiser` names another, or "none"); "" for a blank input."""
-    spm = common.load_checkpoint(model_path, needs=("spm",))["spm"]
-    model, checkpoint = common.load_model(model_path, spm, model_path, "predictor")
-    denoiser, denoiser_checkpoint = common.chosen_denoiser(checkpoint, denoiser, spm, model_path)
-    on = common.pick_device(device)
-    tokenizer = common.load_tokenizer(spm)
+    """The model's output for each input, "" for a blank one: f(x), or Pi(f(x)) where evaluate.py would apply a
+    denoiser (a composed model's own Pi unless `denoiser` names another, or "none")."""
+    spm = harness.load_checkpoint(model_path, needs=("spm",))["spm"]
+    model, checkpoint = harness.load_model(model_path, spm, model_path, "predictor")
+    denoiser, denoiser_checkpoint = harness.chosen_denoiser(checkpoint, denoiser, spm, model_path)
+    on, tokenizer = harness.pick_device(device), common.load_tokenizer(spm)
     asked = [text for text in inputs if text.strip()]
-    outputs = common.translate(model.to(on), tokenizer, asked, batch_size) if asked else []
+    outputs = common.translate(harness.to_device(model, on), tokenizer, asked, batch_size) if asked else []
     if denoiser and outputs:
-        outputs = common.denoise(denoiser.to(on), tokenizer, outputs, batch_size,
-                                 common.error_detector(denoiser_checkpoint))
+        outputs = common.denoise(harness.to_device(denoiser, on), tokenizer, outputs, batch_size,
+                                 harness.error_detector(denoiser_checkpoint))
     answers = iter(outputs)
     return [next(answers) if text.strip() else "" for text in inputs]
 

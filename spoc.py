@@ -1,6 +1,5 @@
-"""What the training and evaluation stages use of SPoC (Section 6.2, Appendix E) beside SansType's pieces: the
-denoiser's noise and each program's hidden test cases, from the data make_spoc.py writes."""
-import itertools
+"""SPoC's pieces for training and evaluation (Section 6.2, Appendix E): the denoiser's noise and each program's
+hidden test cases, from the data make_spoc.py writes."""
 import json
 import os
 import re
@@ -17,34 +16,28 @@ CORRUPTED_PROGRAMS = 0.75
 
 
 def token_kind(token: str) -> str | None:
-    if token in CPP_KEYWORDS:
-        return "keyword"
-    if token in CPP_SYMBOLS:
-        return "symbol"
-    return "identifier" if re.fullmatch(r"[A-Za-z_]\w*", token) else None  # literals and `~`: None
+    return ("keyword" if token in CPP_KEYWORDS else "symbol" if token in CPP_SYMBOLS else
+            "identifier" if re.fullmatch(r"[A-Za-z_]\w*", token) else None)  # literals and `~`: None
 
 
 def noisy_code_line(tokens: list[str], identifiers: list[str], rng) -> list[str]:
-    """One random edit of a line's tokens: insert, delete or replace a keyword, identifier or symbol
-    (a replacement keeps the kind: another keyword, another of the program's identifiers, another symbol)."""
+    """Insert, delete or replace one keyword, identifier or symbol (a replacement is another of its kind)."""
     choices = {"keyword": CPP_KEYWORDS, "identifier": identifiers, "symbol": CPP_SYMBOLS}
     sites = [i for i, token in enumerate(tokens) if token_kind(token)]
     edit = rng.choice(("insert", "delete", "replace")) if sites else "insert"
     if edit == "insert":
-        indent = len(tokens) - len(list(itertools.dropwhile(lambda t: t == "~", tokens)))
+        indent = next((k for k, token in enumerate(tokens) if token != "~"), len(tokens))
         where = rng.randint(indent, len(tokens))
         kind = rng.choice([kind for kind, options in choices.items() if options])
         return tokens[:where] + [rng.choice(choices[kind])] + tokens[where:]
     i = rng.choice(sites)
     others = [t for t in choices[token_kind(tokens[i])] if t != tokens[i]]
-    if edit == "delete" or not others:
-        return tokens[:i] + tokens[i + 1:]
-    return tokens[:i] + [rng.choice(others)] + tokens[i + 1:]
+    return tokens[:i] + ([] if edit == "delete" or not others else [rng.choice(others)]) + tokens[i + 1:]
 
 
 def corrupt_one_line(code: str, rng) -> str:
-    """Appendix E's noise for SPoC: with probability 0.75 one line (not a preprocessor line) gets one
-    noisy_code_line edit; else the program unchanged. `$` separates lines, as make_spoc.py writes them."""
+    """With probability CORRUPTED_PROGRAMS, one noisy_code_line edit of one `$`-separated line (not a preprocessor
+    line); else the program unchanged."""
     lines = code.split(" $ ")
     editable = [i for i, line in enumerate(lines) if not line.lstrip("~ ").startswith("#")]
     if rng.random() >= CORRUPTED_PROGRAMS or not editable:
@@ -56,12 +49,8 @@ def corrupt_one_line(code: str, rng) -> str:
     return " $ ".join(line for line in lines if line)  # a deleted `}` leaves no empty line
 
 
-# ----------------------------------------------------------------------------------------------------
-# Test cases
-# ----------------------------------------------------------------------------------------------------
 def read_cases(data_dir: str, split: str) -> list[list[tuple[str, str]]]:
-    """The (stdin, expected stdout) test cases of each program of a SPoC split (make_spoc.py):
-    {split}.ids names each program's problem; {split}.cases.jsonl holds each problem's cases once."""
+    """Each program's (stdin, expected stdout) cases: {split}.ids names its problem, {split}.cases.jsonl their cases."""
     path = os.path.join(data_dir, f"{split}.cases.jsonl")
     cases_of = {}
     for number, line in enumerate(common.read_lines(path), start=1):
@@ -75,4 +64,3 @@ def read_cases(data_dir: str, split: str) -> list[list[tuple[str, str]]]:
     if missing:
         raise common.UsageError(f"{path} has no test cases for problem {missing[0]}")
     return [cases_of[probid] for probid in problems]
-

@@ -1,17 +1,12 @@
 """The paper's motivating example (Section 4.1, Figure 1 bottom, Appendix A) in seconds on a CPU.
 
-    python staircase.py                          # N=6, δ=0.5: a table and runs/staircase.png (~9 s on 2 cores)
+    python staircase.py                          # N=6, δ=0.5: a table and runs/staircase.png
     python staircase.py --n 10 --delta 0.25      # another staircase
     python staircase.py --seed 1 --plot /tmp/staircase.png
-    python staircase.py --sweep                  # norms, slopes, extrapolation against (N-1)/δ (~1 min)
+    python staircase.py --sweep                  # norms, slopes, extrapolation against (N-1)/δ
 
-Section 4.1's target is a staircase on N intervals of width 1-δ, f*(x) = ⌊x⌉ on X = ∪_{i=1..N} [i-(1-δ)/2, i+(1-δ)/2];
-the denoiser Π(y) = ⌊y⌉ projects onto the valid outputs, the integers. Two nets f(x) = Σ_i a_i relu(w_i x + b_i) + c
-learn from points in X with the same weight decay: standard fits f to f*, composed fits f so that Π(f(x)) = f*(x).
-The table gives the prediction's (f's, or Π∘f's) mean squared error on the training points, on a grid of X and on a
-grid of the extrapolation intervals N+1..2N; there, its share of points off by 1/2 or more (rounding to a wrong
-integer) and the first such interval; the paper's norm ‖f‖; and f's slope on [N, 2N], which decides how far Π∘f
-extrapolates. The PNG draws Figure 1's bottom panels, standard | composed, the extrapolation region shaded.
+Nets f(x) = Σ_i a_i relu(w_i x + b_i) + c learn f*(x) = ⌊x⌉ on N intervals of width 1-δ (X): standard
+fits f, composed Π∘f with Π(y) = ⌊y⌉. The table: errors on X and on N+1..2N, ‖f‖, f's slope beyond N.
 """
 import os
 import time
@@ -19,6 +14,7 @@ import time
 import torch
 
 import common
+import harness
 from PIL import Image, ImageDraw, ImageFont
 
 HP = dict(
@@ -26,19 +22,16 @@ HP = dict(
     train_per_interval=32,    # training x's, uniform at random in each of the N intervals
     test_per_interval=101,    # test x's, evenly spaced over each interval, ends included
     weight_decay=1e-4,        # λ in  loss + λ·½(‖a‖² + ‖w‖²), the same for both methods
-    margin=0.45,              # composed: surrogate zero iff |f(x) - f*(x)| <= margin; 1/2 would be Π∘f = f* itself,
+    margin=0.45,              # composed: surrogate zero iff |f(x) - f*(x)| <= margin; 1/2 would be Π∘f = f*,
                               # and a straight f fits only if margin >= (1-δ)/2, the intervals' half-width
-    lbfgs_iters=2000,         # full-batch L-BFGS: Adam left composed's norm far above its minimum. Its line search
-    lbfgs_rounds=20,          # stalls at ReLU kinks now and then: restart it, fresh history, round after round,
-    lbfgs_tolerance=1e-6,     # until one lowers the objective by less than this fraction
+    lbfgs_iters=2000,         # full-batch L-BFGS, to get close to the minimum norm. Its line search stalls at
+    lbfgs_rounds=20,          # ReLU kinks now and then: restart it, fresh history, round after round, until
+    lbfgs_tolerance=1e-6,     # one lowers the objective by less than this fraction
     lbfgs_history=50,
 )
 SWEEP = dict(n=[3, 6, 12], delta=[0.25, 0.5, 0.75])
 COLORS = dict(target=(40, 40, 40), standard=(200, 60, 40), composed=(30, 90, 200), rounded=(240, 150, 0))
-
-
-def round_to_integer(y):
-    return torch.round(y)       # Π(y) = ⌊y⌉, the nearest valid output
+round_to_integer = torch.round  # Π(y) = ⌊y⌉, the nearest valid output
 
 
 def interval_points(first, last, delta, per, generator=None):
@@ -56,8 +49,7 @@ def make_data(n, delta, seed, hp):
 
 
 class TwoLayerReLU(torch.nn.Module):
-    """f(x) = Σ_i a_i relu(w_i x + b_i) + c. Unit i bends at x = -b_i/w_i: these kinks start spread over the
-    training range, with |a_i| = |w_i| (the balance weight decay drives them to), sized so that f starts O(1)."""
+    """f(x) = Σ_i a_i relu(w_i x + b_i) + c, its kinks spread over the training range, |a_i| = |w_i|."""
 
     def __init__(self, hidden, x_lo, x_hi, c, generator):
         super().__init__()
@@ -72,27 +64,20 @@ class TwoLayerReLU(torch.nn.Module):
 
 
 def weight_penalty(net):
-    # C(θ) = ½(‖w⁽²⁾‖² + ‖W⁽¹⁾‖²) (Appendix A), biases free as in Savarese et al. (2019): its minimum over the nets
-    # that compute f is 2‖f‖ (below), so weight decay looks for the minimum-norm f that fits.
+    # C(θ) = ½(‖w⁽²⁾‖² + ‖W⁽¹⁾‖²) (Appendix A), biases free as in Savarese et al. (2019): its
+    # minimum over the nets computing f is 2‖f‖, so weight decay looks for the minimum-norm f that fits.
     return 0.5 * (net.a.square().sum() + net.w.square().sum())
 
 
-def squared_loss(f, y):
-    return (f - y).square().mean()
-
-
 def composed_hinge_loss(f, y, margin):
-    # We train Π∘f, but ⌊·⌉ has no gradient. This hinge is zero exactly where |f(x) - y| <= margin < 1/2, so zero
-    # surrogate loss means Π(f(x)) = f*(x) on every training point (and, as margin -> 1/2, the converse: the same
-    # composed objective, less a little slack). Weight decay then picks the smallest-norm f among those: the
-    # paper's minimum-norm base predictor, argmin {‖f‖ : Π∘f = f* on X}.
+    # Π∘f has no gradient; this hinge is zero iff |f(x) - y| <= margin < 1/2, so Π(f(x)) = f*(x), and weight
+    # decay picks the paper's minimum-norm base predictor argmin {‖f‖ : Π∘f = f* on X}.
     return torch.relu((f - y).abs() - margin).square().mean()
 
 
 def paper_norm(net):
-    """‖f‖ = ½ max(∫|f''|, |f'(-∞) + f'(+∞)|) (Section 4.1; the paper prints |f''|², but its values (N-1)/δ for the
-    staircase spline and 1 for f(x) = x are those of ∫|f''|, as in the theorem of Savarese et al. it cites). Here
-    f'' = Σ_i a_i|w_i| δ(x + b_i/w_i): ∫|f''| = Σ|a_i w_i| (unless kinks coincide), f'(+∞) + f'(-∞) = Σ a_i w_i."""
+    """‖f‖ = ½ max(∫|f''|, |f'(-∞) + f'(+∞)|) (Section 4.1, which prints |f''|²) = ½ max(Σ|a_i w_i|,
+    |Σ a_i w_i|), since f'' = Σ_i a_i|w_i| δ(x + b_i/w_i) (unless kinks coincide)."""
     aw = (net.a * net.w).detach()
     return 0.5 * max(aw.abs().sum().item(), aw.sum().abs().item())
 
@@ -118,9 +103,8 @@ def fit_two_layer_net(loss, data, seed, hp):
 
 
 def min_norm_slope(n, delta, margin):
-    # The flattest f with |f - i| <= margin on every interval climbs from 1+margin at x = 1+(1-δ)/2 to N-margin at
-    # x = N-(1-δ)/2: slope s* = (N-1-2·margin)/(N-2+δ) < 1 there, and ‖f‖ = s*/2. Outside, ½ max(...) is the same
-    # for any split f'(-∞) + f'(+∞) = s* with both in [0, s*]: beyond N the minimum-norm f may bend down for free.
+    # The flattest f with |f - i| <= margin on every interval climbs from 1+margin at x = 1+(1-δ)/2 to
+    # N-margin at x = N-(1-δ)/2: slope s* < 1 there, ‖f‖ = s*/2, and beyond N it may bend down for free.
     return (n - 1 - 2 * margin) / (n - 2 + delta)
 
 
@@ -139,7 +123,7 @@ def evaluate(name, net, data, n):
 
 def run(n, delta, seed, hp=HP):
     data = make_data(n, delta, seed, hp)
-    nets = dict(standard=fit_two_layer_net(squared_loss, data, seed, hp),
+    nets = dict(standard=fit_two_layer_net(lambda f, y: (f - y).square().mean(), data, seed, hp),
                 composed=fit_two_layer_net(lambda f, y: composed_hinge_loss(f, y, hp["margin"]), data, seed, hp))
     return data, nets, [evaluate(name, net, data, n) for name, net in nets.items()]
 
@@ -152,9 +136,9 @@ def print_table(header, rows):
 
 @torch.no_grad()
 def draw(png, data, nets, rows, n, delta, size=(560, 420), pad=(40, 30, 14, 36)):
-    """Standard | composed: f* on all 2N intervals, training points, f, Π∘f on the intervals, extrapolation shaded."""
+    """Standard | composed: f* on all 2N intervals, training points, f, Π∘f, the extrapolation shaded."""
     img = Image.new("RGB", (2 * size[0], size[1]), "white")
-    pen, font = ImageDraw.Draw(img), ImageFont.load_default(size=13)    # labels in ASCII: its font has no Greek
+    pen, font = ImageDraw.Draw(img), ImageFont.load_default(size=13)    # labels in ASCII: the font has no Greek
     (left, top, right, bottom), x1, y1 = pad, 2 * n + 1.0, 2 * n + 1.5
     w, h = size[0] - left - right, size[1] - top - bottom
     grid = torch.linspace(0, x1, 2 * w, dtype=torch.float64)
@@ -168,8 +152,8 @@ def draw(png, data, nets, rows, n, delta, size=(560, 420), pad=(40, 30, 14, 36))
         for i in range(1, 2 * n + 1):
             pen.line([px(i - (1 - delta) / 2, i), px(i + (1 - delta) / 2, i)], fill=COLORS["target"], width=3)
         x = torch.cat([data["test"][0], data["extrapolation"][0]])
-        for xi, v in zip(x.tolist(), round_to_integer(net(x)).tolist() if p == 1 else []):   # Π∘f where f* is defined,
-            pen.rectangle([px(xi, v + 0.12), px(xi, v + 0.12)], outline=COLORS["rounded"], width=1)  # a bit above
+        for xi, v in zip(x.tolist(), round_to_integer(net(x)).tolist() if p == 1 else []):  # Π∘f, a bit above
+            pen.rectangle([px(xi, v + 0.12), px(xi, v + 0.12)], outline=COLORS["rounded"], width=1)
         pen.line([px(x, y) for x, y in zip(grid.tolist(), net(grid).tolist())], fill=COLORS[row["method"]], width=2)
         for cx, cy in (px(x, round(x)) for x in data["train"][0].tolist()):
             pen.ellipse([cx - 2, cy - 2, cx + 2, cy + 2], fill="black")
@@ -196,41 +180,43 @@ def sweep(seed, hp=HP):
                          f"{comp['norm']:.3f}", f"{min_norm_slope(n, delta, hp['margin']) / 2:.3f}",
                          f"{comp['slope']:.3f}", f"{std['extrapolation'][0]:.3f}", f"{comp['extrapolation'][0]:.3f}",
                          f"{comp['extrapolation'][1]:.1%}", comp["first_wrong"]])
-    print_table(["N", "δ", "train MSE std", "(N-1)/δ", "‖f‖ std", "‖f‖ comp", "s*/2", "comp slope>N", "extrap MSE std",
-                 "extrap MSE comp", "comp wrong", "1st wrong"], rows)
+    print_table(["N", "δ", "train MSE std", "(N-1)/δ", "‖f‖ std", "‖f‖ comp", "s*/2", "comp slope>N",
+                 "extrap MSE std", "extrap MSE comp", "comp wrong", "1st wrong"], rows)
 
 
 def main(argv=None):
-    parser = common.ArgumentParser(prog="staircase.py", description=__doc__)
+    parser = harness.ArgumentParser(prog="staircase.py", description=__doc__)
     parser.add_argument("--n", type=int, default=6, help="number of intervals N, at least 2")
     parser.add_argument("--delta", type=float, default=0.5, help="gap δ between intervals, in (0, 1)")
     parser.add_argument("--seed", type=int, default=0, help="draws the training points and the initial nets")
     parser.add_argument("--plot", default="runs/staircase.png", help="where the PNG goes")
     parser.add_argument("--sweep", action="store_true", help=f"N in {SWEEP['n']} x δ in {SWEEP['delta']}, no PNG")
     args = parser.parse_args(argv)
-    if args.n < 2 or not 0 < args.delta < 1:
-        parser.error(f"need --n >= 2 and 0 < --delta < 1 (got --n {args.n} --delta {args.delta})")
+    n, delta, m = args.n, args.delta, HP["margin"]
+    if n < 2 or not 0 < delta < 1:
+        parser.error(f"need --n >= 2 and 0 < --delta < 1 (got --n {n} --delta {delta})")
     try:
-        common.check_output_file(args.plot, "--plot")
+        harness.check_output_file(args.plot, "--plot")
     except common.UsageError as error:
         parser.error(str(error))
     start = time.time()
     if args.sweep:
         sweep(args.seed)
     else:
-        data, nets, rows = run(args.n, args.delta, args.seed)
-        print(f"N = {args.n}, δ = {args.delta}, seed {args.seed}: {HP['hidden']} ReLU units, λ = {HP['weight_decay']}, "
-              f"margin {HP['margin']}; errors are of the prediction")
-        print_table(["method", "predicts", "train MSE", "test MSE", "extrap MSE", "extrap wrong", "1st wrong", "‖f‖",
-                     "slope>N"], [[r["method"], "f" if r["method"] == "standard" else "Π∘f",
-                                   *(f"{r[split][0]:.4f}" for split in data), f"{r['extrapolation'][1]:.1%}",
-                                   r["first_wrong"], f"{r['norm']:.2f}", f"{r['slope']:.3f}"] for r in rows])
-        s, m, x, y = min_norm_slope(args.n, args.delta, HP["margin"]), HP["margin"], *data["extrapolation"]
-        straight = round_to_integer(args.n - m + s * (x - args.n + (1 - args.delta) / 2)) != y  # least-norm f, straight
-        print(f"paper: fits of f* on X have ‖f‖ >= (N-1)/δ = {(args.n - 1) / args.delta:.2f}; f(x) = x has ‖f‖ = 1\n"
-              f"least-norm f with |f - f*| <= {m} on X: slope s* = {s:.3f} there, ‖f‖ = s*/2 = {s / 2:.3f}; kept "
-              f"straight beyond N, its Π∘f is wrong on {straight.double().mean():.1%} of the extrapolation grid")
-        draw(args.plot, data, nets, rows, args.n, args.delta)
+        data, nets, rows = run(n, delta, args.seed)
+        print(f"N = {n}, δ = {delta}, seed {args.seed}: {HP['hidden']} ReLU units, λ = {HP['weight_decay']}, "
+              f"margin {m}; errors are of the prediction")
+        print_table(["method", "predicts", "train MSE", "test MSE", "extrap MSE", "extrap wrong", "1st wrong",
+                     "‖f‖", "slope>N"], [[r["method"], "f" if r["method"] == "standard" else "Π∘f",
+                                          *(f"{r[s][0]:.4f}" for s in data), f"{r['extrapolation'][1]:.1%}",
+                                          r["first_wrong"], f"{r['norm']:.2f}", f"{r['slope']:.3f}"] for r in rows])
+        s, (x, y) = min_norm_slope(n, delta, m), data["extrapolation"]
+        straight = round_to_integer(n - m + s * (x - n + (1 - delta) / 2)) != y  # the least-norm f, kept straight
+        print(f"paper: fits of f* on X have ‖f‖ >= (N-1)/δ = {(n - 1) / delta:.2f}; f(x) = x has ‖f‖ = 1\n"
+              f"least-norm f with |f - f*| <= {m} on X: slope s* = {s:.3f} there, ‖f‖ = s*/2 = {s / 2:.3f}; "
+              f"kept straight beyond N, its Π∘f is wrong on {straight.double().mean():.1%} "
+              "of the extrapolation grid")
+        draw(args.plot, data, nets, rows, n, delta)
         print(f"wrote {args.plot}")
     print(f"total {time.time() - start:.1f} s")
 

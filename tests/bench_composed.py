@@ -1,25 +1,19 @@
 """Benchmark composed fine-tuning on this machine, on one fixed batch of SansType training pairs:
-  1. the wall time of a composed training step (sample, score with the frozen denoiser, REINFORCE
-     and direct terms, backward, AdamW) against a standard one (cross entropy, backward, AdamW), and of a
-     straight-through and a Gumbel-softmax step (the denoiser's backward pass too);
-  2. the variance of the gradient of Eq. 1's first term: REINFORCE with the paper's estimator (no baseline)
-     and our baselines (leave-one-out, batch), with 1 and 2 samples; straight-through and gumbel with 1
-     sample, and the cosine of each one's mean gradient with REINFORCE's (unbiased) mean, a measure of bias;
-  3. under the released code's estimator (--clamp padded-sample), the share of samples whose summed
-     log p_theta(y'|x) over the padded batch stays above gamma, i.e. that get a REINFORCE gradient at all,
-     in batches of the cpu preset's size (32 programs) and the paper preset's (176);
-  4. wall times of whole pieces of the chain: greedy decoding of the test split's programs (evaluate.py's
-     f(x)); one composed epoch over the labeled pairs with its validation (greedy decoding of val, Pi scoring
-     it); one epoch of the denoiser's training on freshly corrupted programs (extrapolated from
-     --denoiser-batches of them; 0: all).
+  1. the wall time of a composed training step (sample, score with the frozen denoiser, REINFORCE and direct terms,
+     backward, AdamW) against a standard one (cross entropy, backward, AdamW), and of a straight-through step (the
+     denoiser's backward pass too);
+  2. the variance of the gradient of Eq. 1's first term: REINFORCE with the paper's estimator (no baseline) and with
+     the batch baseline; straight-through, and the cosine of its mean gradient with REINFORCE's (unbiased) mean, a
+     measure of its bias;
+  3. wall times of whole pieces of the chain: greedy decoding of the test split's programs (evaluate.py's f(x)); one
+     composed epoch over the labeled pairs with its validation (greedy decoding of val, Pi scoring it); one epoch of
+     the denoiser's training on freshly corrupted programs (extrapolated from --denoiser-batches of them; 0: all).
 
     python tests/bench_composed.py [--init runs/standard/model.pt] [--denoiser runs/denoiser/model.pt] [--device cuda]
     python tests/bench_composed.py --batch-size 176 --precision bf16 --device cuda   # the paper preset on a GPU
 
 Last line: composed_step_vs_standard=X.X straight_through_step_vs_standard=Y.Y sampling_vs_standard=U.U (sampling y'
-alone) greedy_test_s=Z composed_epoch_s=W denoiser_epoch_s=V (each name ending in _cuda on a GPU), the first for
-finetune.py's default number of samples.
-(Every baseline costs the same; the number of samples sets the step's cost.)
+alone) greedy_test_s=Z composed_epoch_s=W denoiser_epoch_s=V (each name ending in _cuda on a GPU).
 """
 import argparse
 import os
@@ -33,6 +27,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
 import finetune  # noqa: E402
+import harness  # noqa: E402
 
 
 def wait(device):
@@ -70,22 +65,6 @@ def gradient_variance(model, loss_of_batch, n):
     return (grads - grads.mean(0)).pow(2).sum(1).mean().item(), grads.mean(0)
 
 
-def share_with_a_gradient(model, pairs, batch_size, n_batches, gamma=-50.0) -> float:
-    """Of one sample per input, in n_batches random training batches, the share not clamped at gamma."""
-    kept = total = 0
-    for src, _, tgt_out in common.batches(pairs, batch_size, random.Random(0))[:n_batches]:
-        src = src.to(next(model.parameters()).device)
-        max_len = min(common.max_output_length(model, src), tgt_out.shape[1] + 16)  # as composed_loss samples
-        sampled = common.sample_outputs(model, src, 1, max_len)
-        chosen = torch.nn.functional.pad(sampled.tokens, (0, 1), value=common.PAD_ID)
-        with torch.no_grad():
-            f_logits = model.decode(common.shift_right(common.with_eos(sampled)), *model.encode(src)).float()
-            log_p = common.released_sample_log_probs(f_logits, chosen, sampled.lengths, max_len)
-        kept += int((log_p > gamma).sum())
-        total += len(chosen)
-    return kept / total
-
-
 def seconds(work, device) -> float:
     wait(device)
     start = time.perf_counter()
@@ -97,19 +76,18 @@ def seconds(work, device) -> float:
 def composed_epoch(model, denoiser, pairs, val_pairs, args, device):
     """One epoch of composed fine-tuning as finetune.py runs it (finetune.py's estimator, AdamW, the epoch's
     batches), then its validation."""
-    default = finetune.parse_args(["--method", "composed", "--data", args.data])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
-    val_batches = common.device_batches(val_pairs, args.batch_size, device)
+    val_batches = [tuple(t.to(device) for t in batch) for batch in common.batches(val_pairs, args.batch_size)]
     model.train()
     for batch in common.batches(pairs, args.batch_size, random.Random(0)):
         src, tgt_in, tgt_out = (t.to(device) for t in batch)
-        with common.autocast(args.precision, device):
-            loss = common.composed_loss(model, denoiser, src, tgt_in, tgt_out, default, 0.0)
+        with autocast(args, device):
+            loss = common.composed_loss(model, denoiser, src, tgt_in, tgt_out)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-    with common.autocast(args.precision, device):
-        common.composed_validation_loss(model, denoiser, val_batches, None, default.gamma)
+    with autocast(args, device):
+        common.composed_validation_loss(model, denoiser, val_batches)
 
 
 def denoiser_epoch(denoiser, programs, tokenizer, args, device) -> float:
@@ -126,12 +104,16 @@ def denoiser_epoch(denoiser, programs, tokenizer, args, device) -> float:
     def steps():
         for batch in timed:
             src, tgt_in, tgt_out = (t.to(device) for t in batch)
-            with common.autocast(args.precision, device):
+            with autocast(args, device):
                 loss = common.sequence_loss(denoiser(src, tgt_in), tgt_out)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
     return seconds(steps, device) * len(epoch_batches) / len(timed)
+
+
+def autocast(args, device):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
 
 def ratio(a, b) -> str:
@@ -149,20 +131,19 @@ def main():
     parser.add_argument("--estimates", type=int, default=20, help="gradient estimates per estimator")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="(default: OMP_NUM_THREADS, or "
                         "all cores)")
-    parser.add_argument("--share-batches", type=int, default=5, help="batches for the released estimator's share")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="of every timed piece")
     parser.add_argument("--denoiser-batches", type=int, default=20, help="of the denoiser's epoch, timed (0: all)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    device = common.pick_device(args.device)
+    device = harness.pick_device(args.device)
     torch.manual_seed(0)
 
-    spm = common.read_tokenizer_bytes(args.data)
+    spm = harness.read_data_folder(args.data)["spm"]
     tokenizer = common.load_tokenizer(spm)
-    model, _ = common.load_model(args.init, spm, f"{args.data}/spm.model", "predictor")
-    denoiser, _ = common.load_model(args.denoiser, spm, f"{args.data}/spm.model", "denoiser")
-    model, denoiser = model.to(device), denoiser.to(device)
+    model, _ = harness.load_model(args.init, spm, f"{args.data}/spm.model", "predictor")
+    denoiser, _ = harness.load_model(args.denoiser, spm, f"{args.data}/spm.model", "denoiser")
+    model, denoiser = harness.to_device(model, device), harness.to_device(denoiser, device)
     denoiser.eval().requires_grad_(False)
     pairs = finetune.load_pairs(args.data, "train", tokenizer)
     every_batch = list(common.batches(pairs, args.batch_size))  # sorted by length, as training sees them
@@ -170,63 +151,45 @@ def main():
     print(f"batch: {tuple(src.shape)} source, {tuple(tgt_out.shape)} target; "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters; {device}, {args.threads} threads")
 
-    default = finetune.parse_args(["--method", "composed", "--data", args.data])  # finetune.py's default estimator
-    estimators = [(1, "none"), (1, "batch"), (2, "none"), (2, "leave-one-out"), (2, "batch")]
-
-    def loss_of(samples, baseline, estimator="reinforce", **weights):
-        settings = argparse.Namespace(**{**vars(default), "samples": samples, "reinforce_baseline": baseline,
-                                         "estimator": estimator, **weights})
-
+    def loss_of(**settings):
         def loss():
-            with common.autocast(args.precision, device):
-                return common.composed_loss(model, denoiser, src, tgt_in, tgt_out, settings, 0.0)
+            with autocast(args, device):
+                return common.composed_loss(model, denoiser, src, tgt_in, tgt_out, **settings)
         return loss
 
     def standard_loss():
-        with common.autocast(args.precision, device):
+        with autocast(args, device):
             return common.sequence_loss(model(src, tgt_in), tgt_out)
 
-    relaxed = ("straight-through", "gumbel")
     model.train()
-    times = timed_steps(model, {"standard": standard_loss, **{k: loss_of(k, "batch") for k in (1, 2)},
-                                **{name: loss_of(1, "none", name) for name in relaxed}}, args.steps, device)
+    times = timed_steps(model, {"standard": standard_loss, "REINFORCE": loss_of(),
+                                "straight-through": loss_of(estimator="straight-through")}, args.steps, device)
     standard, composed = times.pop("standard"), times
     print(f"standard step {1000 * standard:.0f} ms; composed step "
-          + ", ".join(f"{k if k in relaxed else f'REINFORCE {k} sample' + 's' * (k > 1)} {1000 * t:.0f} ms "
-                      f"({t / standard:.1f}x)" for k, t in composed.items()))
-    max_len = min(common.max_output_length(model, src), tgt_out.shape[1] + 16)  # as composed_loss samples
+          + ", ".join(f"{name} {1000 * t:.0f} ms ({t / standard:.1f}x)" for name, t in composed.items()))
+    max_len = common.output_length_limit(model, src, tgt_out)  # as composed_loss samples
 
     def sampling():
-        with common.autocast(args.precision, device):
-            return common.sample_outputs(model, src, default.samples, max_len)
+        with autocast(args, device):
+            return model.eval().generate(src, max_len, sample=True)
     sampling_s = statistics.median(seconds(sampling, device) for _ in range(args.steps + 1))
     print(f"of which sampling y' alone: {1000 * sampling_s:.0f} ms ({sampling_s / standard:.1f} standard steps; "
           f"{max_len} tokens at most, the longest sample {int(sampling().lengths.max())})", flush=True)
 
     model.eval()  # dropout off: the variance is the estimator's alone
     variances = {}
-    for samples, baseline in estimators:
-        first_term = loss_of(samples, baseline, composed_weight=1.0, lam=0.0)
-        variances[samples, baseline] = variance, mean = gradient_variance(model, first_term, args.estimates)
-        print(f"REINFORCE gradient, {samples} sample(s), baseline {baseline}: "
-              f"variance {variance:.4g} (mean gradient norm {mean.norm():.4g})", flush=True)
-    unbiased = variances[2, "leave-one-out"][1]
-    for name in relaxed:
-        variance, mean = gradient_variance(model, loss_of(1, "none", name, composed_weight=1.0, lam=0.0),
-                                           args.estimates)
-        cosine = torch.nn.functional.cosine_similarity(mean, unbiased, dim=0).item()
-        print(f"{name} gradient, 1 sample: variance {variance:.4g} (mean gradient norm {mean.norm():.4g}, "
-              f"cosine with REINFORCE's mean {cosine:.2f})", flush=True)
-    variance = {estimator: v for estimator, (v, _) in variances.items()}
-    print(f"variance_reduction_leave_one_out={ratio(variance[2, 'none'], variance[2, 'leave-one-out'])} (2 samples); "
-          f"variance_reduction_batch={ratio(variance[1, 'none'], variance[1, 'batch'])} (1 sample)")
-    shares = {size: share_with_a_gradient(model, pairs, size, args.share_batches) for size in (32, 176)}
-    print("released estimator (--clamp padded-sample), samples with a gradient: "
-          + ", ".join(f"{100 * share:.1f}% in batches of {size}" for size, share in shares.items()))
-    print(f"default estimator: {default.samples} sample(s), baseline {default.reinforce_baseline}")
+    for name, settings in (("none", dict(baseline="none")), ("batch", dict(baseline="batch")),
+                           ("straight-through", dict(estimator="straight-through"))):
+        variances[name] = variance, mean = gradient_variance(model, loss_of(weight=1.0, lam=0.0, **settings),
+                                                             args.estimates)
+        print(f"{name if name == 'straight-through' else 'REINFORCE, baseline ' + name} gradient: variance "
+              f"{variance:.4g} (mean gradient norm {mean.norm():.4g})", flush=True)
+    cosine = torch.nn.functional.cosine_similarity(variances["straight-through"][1], variances["batch"][1], dim=0)
+    print(f"straight-through's mean gradient against REINFORCE's: cosine {cosine.item():.2f}")
+    print(f"variance_reduction_batch={ratio(variances['none'][0], variances['batch'][0])}")
 
     test_sources = common.read_lines(os.path.join(args.data, "test.src"))
-    with common.autocast(args.precision, device):
+    with autocast(args, device):
         common.translate(model, tokenizer, test_sources[:args.batch_size], args.batch_size)  # warm-up (CUDA graphs)
         greedy = seconds(lambda: common.translate(model, tokenizer, test_sources, args.batch_size), device)
         composed_epoch(model, denoiser, pairs[:args.batch_size], finetune.load_pairs(args.data, "val", tokenizer)[:16],
@@ -240,7 +203,7 @@ def main():
     denoiser_epoch_s = denoiser_epoch(denoiser, programs, tokenizer, args, device)
     print(f"one epoch of the denoiser's training ({len(programs)} programs): {denoiser_epoch_s:.1f} s")
     on = "_cuda" if device.type == "cuda" else ""
-    print(f"composed_step_vs_standard{on}={composed[default.samples] / standard:.1f} "
+    print(f"composed_step_vs_standard{on}={composed['REINFORCE'] / standard:.1f} "
           f"straight_through_step_vs_standard{on}={composed['straight-through'] / standard:.1f} "
           f"sampling_vs_standard{on}={sampling_s / standard:.1f} "
           f"greedy_test_s{on}={greedy:.2f} composed_epoch_s{on}={composed_epoch_s:.1f} "

@@ -8,7 +8,7 @@
 Its stages, each timed, in a scratch folder (--work; default a new temporary one), cut when --budget runs out:
   data      make_sanstype.py (--preset smoke: 60 labeled pairs, 200 unlabeled programs, 20 per evaluation split)
   steps     a fresh denoiser of the preset's size trains in this process on epochs of fresh corruptions, made as
-            common.fit makes them (common.epoch_loader): every step of the second epoch timed, the slowest against
+            harness.train makes them (harness.epochs_ahead): every step of the second epoch timed, the slowest against
             the median (the first epoch meets every shape first); steps while fit's worker process makes an epoch,
             and while a thread does (as fit did before), against the same steps alone
   table2    the README's Table 2 block as written (TABLE2_BLOCK, P set to this preset and device), phase by phase:
@@ -50,6 +50,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import common  # noqa: E402
+import harness  # noqa: E402
 import train_denoiser  # noqa: E402
 
 # The README's Table 2 block for one GPU (tests/test_docs.py checks that the README shows exactly this): its
@@ -108,26 +109,26 @@ def run(command: list[str] | str, work: str, log: str, deadline: Deadline) -> fl
 
 class StepBench:
     """Stages steps and compile: a fresh denoiser of the preset's size trains in this process on epochs of fresh
-    corruptions, made as common.fit makes them (see the docstring)."""
+    corruptions, made as harness.train makes them (see the docstring)."""
 
     def __init__(self, data: str, args):
         self.flags = train_denoiser.parse_args(["--data", data, "--preset", args.preset, "--precision", "auto", "--out",
                                                 os.path.join(args.work, "steps")] + ["--device", args.device] * bool(
                                                     args.device))
-        self.device, self.max_steps = common.pick_device(self.flags.device), args.max_steps
-        self.tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(data))
+        self.device, self.max_steps = harness.pick_device(self.flags.device), args.max_steps
+        self.tokenizer = common.load_tokenizer(harness.read_data_folder(data)["spm"])
         self.programs = common.read_lines(os.path.join(data, "unlabeled.tgt")) + \
             common.read_lines(os.path.join(data, "train.tgt"))
         self.clean_ids = self.tokenizer.encode(self.programs)
         torch.manual_seed(0)
-        self.model = common.Transformer(common.config_from_args(self.flags, self.tokenizer.get_piece_size()))
+        self.model = common.Transformer(harness.transformer_config(self.flags, self.tokenizer.get_piece_size()))
         self.model.to(self.device).train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98),
                                            fused=self.device.type == "cuda")
 
-    def make_epoch(self, epoch: int) -> list[tuple]:  # as common.fit's batches_of
+    def make_epoch(self, epoch: int) -> list[tuple]:  # as harness.train's batches_of
         pairs = train_denoiser.corrupted_pairs(self.programs, self.clean_ids, self.tokenizer, self.flags, epoch)
-        return common.batches(pairs, self.flags.batch_size, random.Random(epoch), common.length_multiple(self.device))
+        return common.batches(pairs, self.flags.batch_size, random.Random(epoch), 8 if self.device.type == "cuda" else 1)
 
     def steps(self, net, epoch_batches) -> list[float]:
         """Each step's seconds, its device work included."""
@@ -135,7 +136,7 @@ class StepBench:
         for batch in epoch_batches:
             start = time.perf_counter()
             src, tgt_in, tgt_out = (t.to(self.device, non_blocking=True) for t in batch)
-            with common.autocast(self.flags.precision, self.device):
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.flags.precision == "bf16"):
                 loss = common.sequence_loss(net(src, tgt_in), tgt_out)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -149,9 +150,8 @@ class StepBench:
         start = time.perf_counter()
         self.make_epoch(0)
         making_s = time.perf_counter() - start
-        # As common.fit: one worker for the run makes epoch 1, then each next epoch while the one before it trains.
-        upcoming = (common.unpack_epoch(packed, pin=self.device.type == "cuda")
-                    for packed in common.epoch_loader(self.make_epoch, range(1, 5)))
+        # As harness.train: one worker for the run makes epoch 1, then each next epoch while the one before it trains.
+        upcoming = harness.epochs_ahead(self.make_epoch, range(1, 5), pin=self.device.type == "cuda")
         first = next(upcoming)
         first_times = self.steps(self.model, first[:self.max_steps])  # shapes met first; the worker makes epoch 2
         self.second = next(upcoming)
@@ -234,7 +234,7 @@ def table2(args, deadline: Deadline) -> dict:
 
 def run_history(run_dir: str) -> list[dict]:
     last = os.path.join(run_dir, "last.pt")
-    return common.load_checkpoint(last, needs=("state",))["state"]["history"] if os.path.exists(last) else []
+    return harness.load_checkpoint(last, needs=("state",))["state"]["history"] if os.path.exists(last) else []
 
 
 def composed_figures(data: str, args, deadline: Deadline) -> dict:
@@ -254,7 +254,7 @@ def composed_figures(data: str, args, deadline: Deadline) -> dict:
     log = os.path.join(args.work, "bench_composed.log")
     seconds = run([sys.executable, os.path.join(ROOT, "tests", "bench_composed.py"), "--data", data, "--init", init,
                    "--denoiser", denoiser, "--batch-size", str(flags.batch_size), "--precision", flags.precision,
-                   "--estimates", "2", "--share-batches", "1", "--denoiser-batches", "1", *device], args.work, log,
+                   "--estimates", "2", "--denoiser-batches", "1", *device], args.work, log,
                   deadline)
     if seconds is None:
         print("composed: cut by the budget")
@@ -386,7 +386,7 @@ def main():
     deadline = Deadline(args.budget)
     args.work = args.work or tempfile.mkdtemp(prefix="bench_gpu-")
     os.makedirs(args.work, exist_ok=True)
-    device = common.pick_device(args.device)
+    device = harness.pick_device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"bench_gpu: {name}, torch {torch.__version__}, preset {args.preset}, work folder {args.work}", flush=True)
     data = os.path.join(args.work, "data", "sanstype")

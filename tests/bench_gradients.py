@@ -1,5 +1,5 @@
 """What Eq. 1's first term adds to the direct one, at a given f and Pi: the gradient of each, as finetune.py trains
-composed fine-tuning (common.EQ1: REINFORCE, its baseline and weight; lambda for the direct term), on --batches
+composed fine-tuning (finetune.py's Eq. 1 settings: REINFORCE, its baseline and weight; lambda for the direct term), on --batches
 training batches (finetune.py's batch size and order) with --draws draws of y' ~ p_theta(.|x) each:
 
   ratio         |g_reinforce| / |g_direct| per draw: median, quartiles, and the share of draws under 1%
@@ -29,6 +29,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
+import harness  # noqa: E402
 import finetune  # noqa: E402
 
 
@@ -38,23 +39,21 @@ def flat_gradient(model, loss) -> torch.Tensor:
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in model.parameters()])
 
 
-def term_gradients(f, denoiser, batch, settings, draws: int, seed: int) -> dict:
+def term_gradients(f, denoiser, batch, eq1: dict, draws: int, seed: int) -> dict:
     """For one batch, `draws` times: the gradient of Eq. 1's first term alone (lam 0) and of the direct term alone
-    (composed_weight 0), each as composed_loss computes it for the run's settings, from the same y' (the same seed
-    before each), and whether each y' is the gold output."""
+    (weight 0), each as composed_loss computes it with the run's settings eq1, from the same y' (the same seed before
+    each), and whether each y' is the gold output."""
     src, tgt_in, tgt_out = batch
-    first = argparse.Namespace(**{**vars(settings), "lam": 0.0})
-    direct = argparse.Namespace(**{**vars(settings), "composed_weight": 0.0})
-    max_len = common.sample_length_limit(f, src, tgt_out)  # as composed_loss samples
     out = {"reinforce": [], "direct": [], "gold": []}
     for draw in range(draws):
         torch.manual_seed(seed + draw)
-        y_prime = common.sample_outputs(f, src, settings.samples, max_len)  # the y' composed_loss draws next
-        out["gold"] += common.same_sequences(common.with_eos(y_prime),
-                                             tgt_out.repeat_interleave(settings.samples, 0)).tolist()
-        for name, terms in (("reinforce", first), ("direct", direct)):
+        y_prime = f.eval().generate(src, common.output_length_limit(f, src, tgt_out), sample=True)  # composed_loss's
+        f.train()
+        out["gold"] += common.same_sequences(common.with_eos(y_prime), tgt_out).tolist()
+        for name, changes in (("reinforce", {"lam": 0.0}), ("direct", {"weight": 0.0})):
             torch.manual_seed(seed + draw)
-            out[name].append(flat_gradient(f, common.composed_loss(f, denoiser, src, tgt_in, tgt_out, terms, 0.0)))
+            loss = common.composed_loss(f, denoiser, src, tgt_in, tgt_out, **{**eq1, **changes})
+            out[name].append(flat_gradient(f, loss))
     return out
 
 
@@ -87,7 +86,7 @@ def gold_free_reward(f, denoiser, pairs, batch_size: int, device) -> dict:
     right, wrong = [], []
     for src, _, tgt_out in common.batches(pairs, batch_size):
         src, tgt_out = src.to(device), tgt_out.to(device)
-        noisy = common.with_eos(common.sample_outputs(f, src, 1, common.max_output_length(f, src)))
+        noisy = common.with_eos(f.eval().generate(src, common.output_length_limit(f, src), sample=True))
         reward = common.log_likelihood(denoiser.decode(common.shift_right(noisy), *denoiser.encode(noisy)), noisy)
         for r, is_gold in zip(reward.tolist(), common.same_sequences(noisy, tgt_out).tolist()):
             (right if is_gold else wrong).append(r)
@@ -109,15 +108,17 @@ def main(argv=None):
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     args = parser.parse_args(argv)
     settings = finetune.parse_args(["--method", "composed", "--data", args.data, "--preset", args.preset])
-    device = common.pick_device(args.device)
-    spm = common.read_tokenizer_bytes(args.data)
+    device = harness.pick_device(args.device)
+    spm = harness.read_data_folder(args.data)["spm"]
     tokenizer = common.load_tokenizer(spm)
-    f = common.model_from_checkpoint(common.load_checkpoint(args.init))  # a predictor, or Pi's weights as f's start
-    denoiser, _ = common.load_model(args.denoiser, spm, f"{args.data}/spm.model", "denoiser")
-    f, denoiser = f.to(device).train(), denoiser.to(device).eval().requires_grad_(False)
+    f = harness.model_from_checkpoint(harness.load_checkpoint(args.init))  # a predictor, or Pi's weights as f's start
+    denoiser, _ = harness.load_model(args.denoiser, spm, f"{args.data}/spm.model", "denoiser")
+    f, denoiser = harness.to_device(f, device).train(), harness.to_device(denoiser, device).eval().requires_grad_(False)
     pairs = finetune.load_pairs(args.data, "train", tokenizer)
     chosen = common.batches(pairs, settings.batch_size, random.Random(f"{settings.seed}-batch order-1"))[:args.batches]
-    measured = [term_gradients(f, denoiser, [t.to(device) for t in batch], settings, args.draws, 1000 * i)
+    eq1 = dict(estimator=settings.estimator, baseline=settings.reinforce_baseline, gamma=settings.gamma,
+               weight=settings.composed_weight, lam=settings.lam)
+    measured = [term_gradients(f, denoiser, [t.to(device) for t in batch], eq1, args.draws, 1000 * i)
                 for i, batch in enumerate(chosen)]
     torch.manual_seed(0)
     x = {**figures(measured), **gold_free_reward(f, denoiser, finetune.load_pairs(args.data, "val", tokenizer),

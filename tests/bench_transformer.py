@@ -33,6 +33,7 @@ warnings.filterwarnings("ignore", message="enable_nested_tensor")  # nn.Transfor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
+import harness  # noqa: E402
 import finetune  # noqa: E402
 from test_transformer import rerun_decoder  # noqa: E402
 
@@ -64,7 +65,7 @@ def seconds_per_step(model, steps, precision="fp32", batch=BATCH, length=LENGTH)
     times = []
     for step in range(steps + 2):  # two warm-up steps
         start = time.perf_counter()
-        with common.autocast(precision, torch.device("cpu")):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             loss = common.sequence_loss(model(src, tgt[:, :-1]), tgt[:, 1:])
         optimizer.zero_grad()
         loss.backward()
@@ -83,7 +84,7 @@ def main():
     parser.add_argument("--tiny", action="store_true", help="batch 2, 8 tokens, one step: that it runs (the suite)")
     args = parser.parse_args()
     batch, length, args.steps = (2, 8, 1) if args.tiny else (BATCH, LENGTH, args.steps)
-    precisions = ("fp32", "bf16") if args.bf16 or common.cpu_has_native_bf16() else ("fp32",)
+    precisions = ("fp32", "bf16") if args.bf16 or harness.cpu_has_native_bf16() else ("fp32",)
     skipped = [("bf16", "no native bf16 on this CPU (--bf16 times it)")] * (len(precisions) == 1) + \
         [("torch.compile", "without --compile")] * (not args.compile)
     for what, why in skipped:
@@ -93,9 +94,8 @@ def main():
           f"AVX512-BF16 or AMX to pay), {args.threads} threads, batch {batch} x {length} tokens a side")
     step = {}
     for size in ("paper", "cpu"):
-        preset = {**common.column(common.ARCHITECTURE, "sanstype", size),
-                  **common.column(finetune.PRESETS, "sanstype", size)}
-        config = common.config_from_args(argparse.Namespace(**preset), VOCAB)
+        preset = finetune.preset_values({"dataset": "sanstype"}, argparse.Namespace(preset=size, method="standard"))
+        config = harness.transformer_config(argparse.Namespace(**preset), VOCAB)
         for precision in precisions:
             ours = step[size, precision] = seconds_per_step(common.Transformer(config), args.steps, precision, batch,
                                                             length)

@@ -9,6 +9,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
+import harness  # noqa: E402
 
 VALUE = r'"str_\d"|\b\d+\b|\btrue\b|\bfalse\b'  # a literal; (the 0 of var_0 is no word of its own)
 
@@ -96,4 +97,4 @@ def print_description(prefixes):
 
 
 if __name__ == "__main__":
-    common.run_main("sanstype_fidelity.py", print_description, sys.argv[1:])
+    harness.run_main("sanstype_fidelity.py", print_description, sys.argv[1:])

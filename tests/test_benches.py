@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import common
+import harness
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPOC = os.path.join(ROOT, "tests", "fixtures", "spoc")
@@ -41,11 +42,11 @@ def spoc(tmp_path_factory):
 
 def untrained(data, role) -> str:
     """A model of the smoke preset's size with random weights, as a training script saves one: f or Pi for a bench."""
-    spm = common.read_tokenizer_bytes(str(data))
+    spm = harness.read_data_folder(str(data))["spm"]
     config = common.TransformerConfig(vocab_size=common.load_tokenizer(spm).get_piece_size(), d_model=32, n_heads=2,
                                       encoder_layers=1, decoder_layers=1, d_ff=64)
     path = os.path.join(str(data), f"{role}.pt")
-    common.save_checkpoint(path, {"config": dataclasses.asdict(config), "spm": spm, "role": role,
+    harness.save_checkpoint(path, {"config": dataclasses.asdict(config), "spm": spm, "role": role,
                                   "model": common.Transformer(config).state_dict()})
     return path
 

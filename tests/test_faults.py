@@ -6,7 +6,6 @@ The table FAULTS holds the bad inputs as data: the script, its arguments, and a 
 The scripts run in this process (their main(argv)), so the table stays fast."""
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 import torch
 
 import common
+import harness
 import evaluate
 import finetune
 import fonts
@@ -87,14 +87,13 @@ def fault_table(w):
         ("train_denoiser.py", [*data, *SMOKE, "--out", out, "--device", "cuda:7"], "this machine has"),
         ("train_denoiser.py", [*data, *SMOKE, "--out", out, "--corruption", "random", "--num-corruptions", "2"],
          "is for --corruption code"),
-        ("train_denoiser.py", [*data, *SMOKE, "--out", out, "--unlabeled", "99999"], "has only 100 programs"),
+        ("train_denoiser.py", [*data, *SMOKE, "--out", out, "--unlabeled", "99999"], "has only 100 outputs"),
         ("train_denoiser.py", [*data, *SMOKE, "--out", f"{w}/pi", "--resume", "--lr", "0.5"], "it ran with 0.001"),
         ("train_denoiser.py", [*data, *SMOKE, "--out", f"{w}/pi", "--resume", "--overwrite"], "not allowed with"),
         ("train_denoiser.py", ["--data", f"{w}/broken", *SMOKE, "--out", out], "not a sentencepiece model"),
         ("train_denoiser.py", ["--data", f"{w}/empty", *SMOKE, "--out", out], "not a sentencepiece model"),
         ("train_denoiser.py", ["--data", f"{w}/copy", *SMOKE, "--out", f"{w}/pi", "--resume"], "it ran with"),
         ("finetune.py", ["--method", "baseline", *data, "--init", f, "--out", out], "does not apply"),
-        ("finetune.py", ["--method", "baseline", *data, "--samples", "2", "--out", out], "does not apply"),
         ("finetune.py", ["--method", "standard", *data, "--frozen-epochs", "2", "--out", out], "does not apply"),
         ("finetune.py", ["--method", "standard", *data, *SMOKE, "--denoiser", f, "--out", out],
          "predictor checkpoint, where a denoiser is needed"),
@@ -104,11 +103,7 @@ def fault_table(w):
          "where a denoiser is needed"),
         ("finetune.py", ["--method", "standard", *data, *SMOKE, "--denoiser", pi, "--out", f"{w}/standard"],
          "holds a run"),
-        ("finetune.py", ["--method", "composed", *data, "--estimator", "straight-through", "--clamp", "sample",
-                         "--out", out], "applies to --estimator reinforce only"),
-        ("finetune.py", ["--method", "composed", *data, "--tau", "0.5", "--out", out], "--estimator gumbel only"),
-        ("finetune.py", ["--method", "composed", *data, "--estimator", "gumbel", "--tau", "0", "--out", out],
-         "--tau 0: must be above 0"),
+        ("finetune.py", ["--method", "baseline", *data, "--gamma", "-5", "--out", out], "does not apply"),
         ("finetune.py", ["--method", "baseline", *data, *SMOKE, "--labeled", "5000", "--out", out], "only 40"),
         ("finetune.py", ["--method", "baseline", *data, "--dropout", "1.5", "--out", out], "within [0, 1)"),
         ("finetune.py", ["--method", "magic", *data, "--out", out], "invalid choice"),
@@ -187,11 +182,11 @@ def test_resume_continues_with_the_runs_own_settings(work, tmp_path, capsys):
     with pytest.raises(SystemExit):
         finetune.main([*flags, "--resume", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "stop after this many epochs without a better one (finetune.py: by --keep-by) (default: 400)" in help_text
+    assert "--patience PATIENCE epochs after the best (default: 400)" in help_text
     finetune.main([*flags, "--epochs", "2", "--resume"])
     err = capsys.readouterr().err
     assert err.startswith("--resume: changed --epochs 2 (it ran with 1)\n") and "epoch 2:" in err
-    assert common.load_checkpoint(str(run / "last.pt"))["args"]["patience"] == 400
+    assert harness.load_checkpoint(str(run / "last.pt"))["args"]["patience"] == 400
 
 
 def test_help_before_any_data_shows_the_values_a_sanstype_run_would_use(tmp_path, capsys):
@@ -201,8 +196,8 @@ def test_help_before_any_data_shows_the_values_a_sanstype_run_would_use(tmp_path
     with pytest.raises(SystemExit):
         finetune.main([*flags, "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "peak learning rate of AdamW (default: 0.0002)" in help_text and "floor (default: -50.0)" in help_text
-    assert f"for a SansType folder ({tmp_path / 'none'} holds no data yet)" in help_text
+    assert "--lr LR AdamW's peak rate (default: 0.0002)" in help_text and "floor (default: -50.0)" in help_text
+    assert f"Values for a SansType folder ({tmp_path / 'none'} holds no data yet)" in help_text
     with pytest.raises(SystemExit) as exit_:
         finetune.main(flags)
     assert exit_.value.code == 2
@@ -257,17 +252,17 @@ class Accepted(Exception):
 
 
 def parsers_of(script, monkeypatch, capsys):
-    """{subcommand or None: the parser}, each as the script builds it: main(["--help"]) with common.ArgumentParser
+    """{subcommand or None: the parser}, each as the script builds it: main(["--help"]) with harness.ArgumentParser
     recording what it builds (fonts.py's subcommands' parsers are of the same class)."""
     built = []
 
-    class Recording(common.ArgumentParser):
+    class Recording(harness.ArgumentParser):
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
             built.append(self)
 
     with monkeypatch.context() as patch, pytest.raises(SystemExit):
-        patch.setattr(common, "ArgumentParser", Recording)
+        patch.setattr(harness, "ArgumentParser", Recording)
         SCRIPTS[script](["--help"])
     capsys.readouterr()
     return {" ".join(parser.prog.split()[1:]) or None: parser for parser in built}
@@ -323,14 +318,13 @@ def does_not_fit(parser, folders, out):
     """(script, arguments, the flag) where a valid value of the flag is for another kind of data folder:
     train_denoiser.py's flags of one noise (their help names it, "code: ...", and their default) on a folder whose
     noise is another, and SPoC's error detector on the others."""
-    noise_flags = [(action.option_strings[0], action.help.split(":")[0], re.search(r"default: ([^)]+)\)",
-                                                                                 action.help).group(1))
+    noise_flags = [(action.option_strings[0], action.help.split(":")[0], action.default)
                    for action in parser._actions if action.option_strings and not action.choices and
                    (action.help or "").split(":")[0] in train_denoiser.CORRUPTIONS]
     assert len(noise_flags) >= 3, noise_flags
     return [("train_denoiser.py", ["--data", str(data), *SMOKE, "--out", out, f"{flag}={value}"], flag)
             for kind, data in folders.items() for flag, noise, value in noise_flags
-            if noise != train_denoiser.DATASET_CHANGES[kind]["corruption"]] + \
+            if noise != harness.read_data_folder(str(data))["corruption"]] + \
         [("train_denoiser.py", ["--data", str(data), *SMOKE, "--out", out, "--error-detector=compile"],
           "--error-detector") for kind, data in folders.items() if kind != "spoc"]
 
@@ -353,7 +347,7 @@ def test_every_number_flags_bad_value_is_one_line_exit_2_and_writes_nothing(work
 
     def accepted(*args, **kwargs):
         raise Accepted()
-    monkeypatch.setattr(common, "run_main", accepted)  # where every script's work starts
+    monkeypatch.setattr(harness, "run_main", accepted)  # where every script's work starts
     monkeypatch.setattr(staircase, "run", accepted)  # (staircase.py's, without run_main)
     monkeypatch.setattr(staircase, "sweep", accepted)
     monkeypatch.chdir(scratch)  # where a default output (runs/..., data/...) would land

@@ -8,6 +8,7 @@ import tempfile
 import pytest
 
 import common
+import harness
 import judge
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -139,16 +140,23 @@ def test_batched_and_alone_compilation_give_the_same_verdicts():
     assert sum(v["verdict"] == "compile_error" for v in batched) >= 10  # the test has teeth
 
 
+def sanstype_folder(folder, n):
+    """A data folder of the first n released test programs, as make_sanstype.py writes one (its tokenizer included)."""
+    programs, stdins, outputs = released(n)
+    for ext, lines in (("inp", stdins), ("out", outputs)):
+        (folder / f"test.{ext}").write_text("\n".join(lines) + "\n")
+    (folder / "spm.model").write_bytes(common.train_tokenizer(programs * 3, 100))
+    harness.write_manifest(str(folder), "sanstype", corruption="code")
+    return programs
+
+
 def run_evaluate(*args):
     return subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), *args],
                           capture_output=True, text=True, cwd=ROOT)
 
 
 def test_evaluate_cli_writes_verdicts_and_summary(tmp_path):
-    programs, stdins, outputs = released(4)
-    for ext, lines in (("inp", stdins), ("out", outputs)):
-        (tmp_path / f"test.{ext}").write_text("\n".join(lines) + "\n")
-    common.write_manifest(str(tmp_path), "sanstype")
+    programs = sanstype_folder(tmp_path, 4)
     predictions = tmp_path / "preds.txt"
     predictions.write_text("\n".join([programs[0], programs[1], "int main () {", programs[0]]) + "\n")
     result = run_evaluate("--predictions", str(predictions), "--data", str(tmp_path), "--split", "test",
@@ -162,10 +170,7 @@ def test_evaluate_cli_writes_verdicts_and_summary(tmp_path):
 
 @pytest.mark.parametrize("case", ["missing", "empty", "counts"])
 def test_evaluate_cli_bad_input_is_one_line_and_exit_2(tmp_path, case):
-    programs, stdins, outputs = released(3)
-    common.write_manifest(str(tmp_path), "sanstype")
-    (tmp_path / "test.inp").write_text("\n".join(stdins) + "\n")
-    (tmp_path / "test.out").write_text("\n".join(outputs) + "\n")
+    programs = sanstype_folder(tmp_path, 3)
     predictions = tmp_path / "preds.txt"
     if case == "empty":
         predictions.write_text("")

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 import common
+import harness
 import evaluate
 import finetune
 import make_molecules
@@ -38,7 +39,7 @@ def test_splits_hold_canonical_smiles_of_distinct_molecules(data):
     assert len(set(every)) == len(every)  # each molecule once, in one split
     assert all(common.canonical_smiles(smiles) == smiles for smiles in every)
     assert [len(common.read_lines(str(data / f"{split}.src"))) for split in SPLITS] == [60, 20, 20, 20]
-    manifest = common.read_manifest(str(data))
+    manifest = harness.read_data_folder(str(data))
     assert manifest["dataset"] == "molecules" and 0.5 < manifest["noise"]["rejected"] < 0.8
 
 
@@ -90,7 +91,7 @@ def test_the_chain_runs_on_molecules(data, tmp_path, capsys):
     smoke = ["--data", str(data), "--preset", "smoke"]
     pi, f = str(tmp_path / "pi" / "model.pt"), str(tmp_path / "standard" / "model.pt")
     train_denoiser.main([*smoke, "--out", str(tmp_path / "pi")])
-    assert "val SMILES (noise " in capsys.readouterr().err
+    assert "val outputs (noise " in capsys.readouterr().err
     finetune.main(["--method", "standard", *smoke, "--denoiser", pi, "--out", str(tmp_path / "standard")])
     for estimator in ("reinforce", "straight-through"):
         finetune.main(["--method", "composed", *smoke, "--denoiser", pi, "--init", f, "--estimator", estimator,

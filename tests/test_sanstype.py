@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import common
+import harness
 import judge
 import make_sanstype
 import sanstype_fidelity
@@ -238,7 +239,7 @@ def test_describe_prints_the_statistics_of_existing_splits(capsys, tmp_path):
     assert "| programs with a variable of undetermined type | 0% | 0% |" in table
     assert "| pseudocode templates | 15 | 15 |" in table
     with pytest.raises(SystemExit) as stop:
-        common.run_main("sanstype_fidelity.py", sanstype_fidelity.print_description, [str(tmp_path / "nothing")])
+        harness.run_main("sanstype_fidelity.py", sanstype_fidelity.print_description, [str(tmp_path / "nothing")])
     assert stop.value.code == 2 and capsys.readouterr().err.strip() == \
         f"sanstype_fidelity.py: error: missing file: {tmp_path / 'nothing'}.src"
 
@@ -268,7 +269,7 @@ def test_released_splits_are_taken_byte_for_byte_and_the_rest_generated(released
     for name in [f"{s}.{e}" for s in ("train", "val") for e in ("src", "tgt", "inp", "out")]:
         assert open(released_data / name, "rb").read() == open(os.path.join(DATA, name), "rb").read(), name
     assert [len(read_lines(released_data / f"{s}.src")) for s in SPLITS] == [1000, 500, 20, 20]
-    manifest = common.read_manifest(str(released_data))
+    manifest = harness.read_data_folder(str(released_data))
     assert manifest["authors_splits"] == ["train", "val"] and manifest["dataset"] == "sanstype"
     # the unlabeled programs avoid every released one (2 of the first 2000 generated would be one)
     unlabeled = read_lines(released_data / "unlabeled.tgt")

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import common
+import harness
 import evaluate
 import finetune
 import judge
@@ -245,10 +246,10 @@ def test_spoc_presets_are_appendix_e(data):
     assert (denoiser.corruption, denoiser.layers, denoiser.epochs) == ("line", 5, 36)
     assert [common.label_smoothing_at(e, denoiser.label_smoothing) for e in (20, 21, 24, 25, 36)] == \
         [0.2, 0.1, 0.1, 0.0, 0.0]
-    sanstype = {**common.column(common.ARCHITECTURE, "sanstype", "paper"),  # unchanged
-                **finetune.run_defaults("sanstype", argparse.Namespace(method="baseline", preset="paper"))}
-    assert (sanstype["layers"], sanstype["n_heads"], sanstype["label_smoothing"]) == (3, 2, "0")
-    assert train_denoiser.preset_values("sanstype", argparse.Namespace(preset="paper"))["corruption"] == "code"
+    sanstype = finetune.preset_values({"dataset": "sanstype"}, argparse.Namespace(method="baseline", preset="paper"))
+    assert (sanstype["layers"], sanstype["n_heads"], sanstype["label_smoothing"]) == (3, 2, "0")  # unchanged
+    assert train_denoiser.preset_values({"dataset": "sanstype", "corruption": "code"},
+                                        argparse.Namespace(preset="paper"))["layers"] == 3
 
 
 def test_the_denoiser_trains_on_spoc_code_and_repairs_a_file_of_programs(tmp_path, monkeypatch):
@@ -260,7 +261,7 @@ def test_the_denoiser_trains_on_spoc_code_and_repairs_a_file_of_programs(tmp_pat
     result = run_script("train_denoiser.py", "--preset", "smoke", "--data", str(data), "--out", str(pi),
                         "--repair-programs", "2")
     assert result.returncode == 0, result.stderr
-    assert "12 programs, line corruption, error detector compile" in result.stderr and "% correct" in result.stderr
+    assert "12 outputs, line corruption, error detector compile" in result.stderr and "% correct" in result.stderr
     # Gold programs, the first broken: g passes the gold ones, which Pi leaves as they are, and flags the
     # broken one, which an untrained smoke denoiser does not give back.
     gold = common.read_lines(data / "testw.tgt")
@@ -306,7 +307,7 @@ def test_the_denoiser_trains_on_spoc_code_and_repairs_a_file_of_programs(tmp_pat
 def test_backtranslation_without_unlabeled_code_is_a_one_line_error_before_any_training(data, tmp_path):
     result = run_script("finetune.py", "--method", "backtranslation", "--preset", "smoke", "--data", str(data),
                         "--out", str(tmp_path / "bt"))
-    assert result.returncode != 0 and "backtranslation needs unlabeled code" in result.stderr
+    assert result.returncode != 0 and "backtranslation needs unlabeled outputs" in result.stderr
     assert len(result.stderr.strip().splitlines()) <= 2 and not (tmp_path / "bt" / "reverse").exists()
 
 
@@ -314,7 +315,7 @@ def test_the_compiler_is_the_error_detector_and_denoise_repairs_only_what_it_fla
     gold, _ = split_programs(data, "testw")
     broken = [program.replace(";", "", 1) for program in gold[:2]]
     assert judge.compiles(gold[:2] + broken) == [True, True, False, False]
-    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
+    tokenizer = common.load_tokenizer(harness.read_data_folder(str(data))["spm"])
     config = common.TransformerConfig(vocab_size=tokenizer.get_piece_size(), d_model=16, n_heads=2, encoder_layers=1,
                                       decoder_layers=1, d_ff=32)
     untrained = common.Transformer(config)

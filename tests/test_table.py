@@ -1,13 +1,13 @@
 """evaluate.py's --table over made-up evaluations (eval_*.json as evaluate_model writes them), the files a model's
-evaluations go to, the paper's table a Pi's rows are compared with, and --curves over made-up histories."""
+evaluations go to, and the paper's table a Pi's rows are compared with."""
 import dataclasses
 import json
 import os
 
 import pytest
-from PIL import Image
 
 import common
+import harness
 import evaluate
 import make_sanstype
 import train_denoiser
@@ -32,7 +32,6 @@ def made_up(folder, method, accuracy, seed=0, pi_seed=None, denoised=False, test
 
 HEADER = ["| runs (seeds) | test compiled | test accuracy | paper: test compiled / accuracy |",
           "| --- | --- | --- | --- |"]
-OLD = {key: value for key, value in EVALUATION.items() if key not in ("own_noise", "paper_table")}  # before 481fff2
 CASES = {
     # Pi seeds and seeds both vary: one row of all five runs
     "every run in a row": ([made_up(f"standard_pi{p}_{s}", "standard", 40 + 10 * p + s, s, p)
@@ -105,15 +104,6 @@ CASES = {
                       made_up("runs/b/standard", "standard", 60, 0, 0, settings={"lr": 2e-3})], [
         "| a/standard (1 run) | 50.0 | 40.0 | 86.8 / 79.8 |",
         "| b/standard (1 run) | 50.0 | 60.0 | 86.8 / 79.8 |"]),
-    # evaluations made before a Pi recorded its own_noise and paper_table: derived as they were meant then
-    "made before 481fff2": ([("baseline", "eval_test", {**OLD, "method": "baseline", "accuracy": 0.3,
-                                                         "corruption": None}),
-                             ("baseline", "eval_test_denoised_random", {**OLD, "method": "baseline", "accuracy": 0.4,
-                                                                        "corruption": "random", "denoised": True}),
-                             ("standard", "eval_test", {**OLD, "method": "standard", "accuracy": 0.5})], [
-        "| baseline (1 run) | 50.0 | 30.0 | 48.6 / 36.6 |",
-        "| standard (1 run) | 50.0 | 50.0 | 86.8 / 79.8 |",
-        "| baseline + Pi (random Pi) (1 run) | 50.0 | 40.0 | 64.4 / 46.2 |"]),
 }
 
 
@@ -151,34 +141,35 @@ def data(tmp_path_factory):
 
 def checkpoint(data, path, role, **fields):
     """An untrained model of the smallest size, as a training script would have saved it."""
-    spm = common.read_tokenizer_bytes(str(data))
+    spm = harness.read_data_folder(str(data))["spm"]
     config = common.TransformerConfig(vocab_size=common.load_tokenizer(spm).get_piece_size(), d_model=8,
                                       n_heads=2, encoder_layers=1, decoder_layers=1, d_ff=16)
-    common.save_checkpoint(str(path), {"config": dataclasses.asdict(config), "spm": spm, "role": role,
+    harness.save_checkpoint(str(path), {"config": dataclasses.asdict(config), "spm": spm, "role": role,
                                        "model": common.Transformer(config).state_dict(), **fields})
     return str(path)
 
 
 def test_an_evaluation_names_its_pis_and_never_writes_over_another(data, tmp_path, monkeypatch):
-    """A Pi saved before it recorded own_noise and paper_table (481fff2) reads as it was meant then: random deletions
-    are another noise than SansType's (files of their own, Table 5); an evaluation with another Pi than the one whose
-    file is there is refused; a run's pi_seed is its own Pi's, the one its outputs went through is test_pi."""
+    """A Pi of another noise than its data's (random deletions) gets files of its own, and Table 5's numbers; an
+    evaluation with another Pi than the one whose file is there is refused; a run's pi_seed is its own Pi's, the one
+    its outputs went through is test_pi."""
     monkeypatch.setattr(common, "translate", lambda model, tokenizer, texts, *args, **kwargs: list(texts))
     monkeypatch.setattr(evaluate, "load_judge", lambda data, split: (4, lambda outputs: [{"verdict": "wrong_output"}]
                                                                      * len(outputs)))
     pi = {seed: {"seed": seed, "corruption": "code", "preset": "smoke", "out": f"pi{seed}"} for seed in (0, 1)}
     code = [checkpoint(data, tmp_path / f"pi{seed}.pt", "denoiser", args=pi[seed], corruption="code", own_noise=True,
                        paper_table="Table 2") for seed in (0, 1)]
-    random = checkpoint(data, tmp_path / "random.pt", "denoiser", corruption="random",
-                        args={"seed": 0, "corruption": "random", "preset": "smoke"})
+    random = checkpoint(data, tmp_path / "random.pt", "denoiser", corruption="random", own_noise=False,
+                        paper_table="Table 5", args={"seed": 0, "corruption": "random", "preset": "smoke"})
     baseline = checkpoint(data, tmp_path / "baseline/model.pt", "predictor", method="baseline",
                           args={"seed": 0, "method": "baseline", "preset": "smoke"})
     standard = {"method": "standard", "args": {"seed": 2, "method": "standard", "preset": "smoke"},
-                "denoiser_corruption": "code", "denoiser_args": pi[0]}  # (fine-tuned from Pi 0, before 481fff2)
+                "denoiser_corruption": "code", "denoiser_own_noise": True, "denoiser_paper_table": "Table 2",
+                "denoiser_args": pi[0]}  # (fine-tuned from Pi 0)
     for folder in ("standard", "standard_own"):
         checkpoint(data, tmp_path / folder / "model.pt", "predictor", **standard)
     composed = checkpoint(data, tmp_path / "composed/model.pt", "predictor", **{
-        **standard, "method": "composed", "denoiser": common.load_checkpoint(code[0])})  # Pi(f(x)), Pi 0 inside
+        **standard, "method": "composed", "denoiser": harness.load_checkpoint(code[0])})  # Pi(f(x)), Pi 0 inside
 
     def evaluation(folder, name):
         return json.load(open(tmp_path / folder / f"{name}.json"))
@@ -212,26 +203,9 @@ def test_paper_numbers_only_beside_the_rows_the_paper_has():
     """The paper's tables: SansType with its code noise (Table 2) and with random deletions (Table 5), SPoC with its
     one-line noise (Table 2); a SansType Pi of SPoC's noise, or any other pairing, has none."""
     tables = {(noise, dataset): train_denoiser.CORRUPTIONS[noise].paper_tables.get(dataset)
-              for noise in train_denoiser.CORRUPTIONS for dataset in train_denoiser.DATASET_CHANGES if
-              isinstance(dataset, str)}
+              for noise in train_denoiser.CORRUPTIONS for dataset in harness.DATASETS}
     assert {pair: table for pair, table in tables.items() if table} == {
         ("code", "sanstype"): "Table 2", ("random", "sanstype"): "Table 5", ("line", "spoc"): "Table 2"}
-
-
-def test_the_curves_show_the_epoch_0_composed_keeps(tmp_path):
-    """Composed's epoch 0 (the f it starts from) is on the frame's left edge, its kept mark there too."""
-    for name, history in [("composed", {0: 1.0, 1: 2.0, 2: 1.5, 3: 1.8}), ("baseline", {1: 3.0, 2: 2.5, 3: 2.2})]:
-        common.save_checkpoint(str(tmp_path / name / "last.pt"), {"state": {"history": [
-            {"epoch": epoch, "val_loss": loss} for epoch, loss in history.items()]}})
-    evaluate.main(["--curves", str(tmp_path / "composed"), str(tmp_path / "baseline"), "--png",
-                   str(tmp_path / "curves.png")])
-    image = Image.open(tmp_path / "curves.png").convert("RGB")
-    (left, bottom), (width, height) = (60, 40), image.size  # draw_curves' margin
-    color = evaluate.CURVE_COLORS[0]
-    xs = [x for x in range(width) for y in range(height) if image.getpixel((x, y)) == color]
-    assert min(xs) >= left - 3  # nothing left of the frame (but the mark's radius)
-    kept = [(x, y) for x in range(left - 3, left + 4) for y in range(height - bottom - 3, height - bottom + 4)]
-    assert any(image.getpixel(p) == color for p in kept)  # loss 1.0 is the axis' lowest: the frame's corner
 
 
 def test_a_tasks_table_is_headed_as_the_task_is_judged(tmp_path, capsys):

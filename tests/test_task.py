@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import common
+import harness
 import evaluate
 import finetune
 import make_task
@@ -75,7 +76,7 @@ def test_a_task_of_ones_own_goes_through_every_stage(task):
         if stage[0] == "train_denoiser.py":  # the repair report counts what the noise changed, recomputed here
             assert "edits corruption" in result.stderr and "% valid" in result.stderr
             args = train_denoiser.parse_args(["--data", str(data), "--preset", "smoke"])
-            tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
+            tokenizer = common.load_tokenizer(harness.read_data_folder(str(data))["spm"])
             val, rng = common.read_lines(str(data / "val.tgt")), random.Random("0-val")
             noisy = [train_denoiser.CORRUPTIONS["edits"].corrupt(y, rng, args, tokenizer) for y in val]
             fingerprint = hashlib.sha256("\n".join(noisy).encode()).hexdigest()[:8]  # which corruptions they were
@@ -138,7 +139,7 @@ def test_the_generic_noise_edits_at_the_rates_it_is_given(kind):
 def test_the_generic_noise_changes_every_output_it_corrupts():
     """A tenth of the outputs are left clean; every other one differs from its original, however short (at the
     default rates a 3-piece output would draw no edit 70% of the time), with more edits the longer the output."""
-    rng, rates = random.Random(1), train_denoiser.CORRUPTIONS["edits"].parameter[2]
+    rng, rates = random.Random(1), train_denoiser.PRESETS["edit_rates"][1]  # (the cpu preset's)
     rates = tuple(map(float, rates.split(",")))
     for text in ("a b c", "a", "x y"):
         clean = sum(common.corrupt_pieces(text, rng, FakeTokenizer(), rates) == text for _ in range(2000))
@@ -206,7 +207,7 @@ def test_the_worked_example_is_pythons_own_code_and_parser(tmp_path):
     assert all(line.startswith(("def ", "async def ")) for line in train + ood)
     assert sum("self.tk.call" in line for line in ood) > 50 > sum("self.tk.call" in line for line in train)
     broken = [line.replace(":", "", 1) for line in train[:50]]  # a def without its colon
-    assert common.valid_outputs(str(tmp_path), broken + train[:50]) == [False] * 50 + [True] * 50
+    assert harness.valid_outputs(str(tmp_path), broken + train[:50]) == [False] * 50 + [True] * 50
 
 
 def test_the_readmes_lines_of_python_give_what_predict_gives(task, tmp_path):
@@ -218,7 +219,7 @@ def test_the_readmes_lines_of_python_give_what_predict_gives(task, tmp_path):
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     code = readme.split("```python\n")[1].split("```")[0]
     sources = common.read_lines(str(data / "test.src"))[:3]
-    code = code.replace("/path/to/composed-finetuning/runs/mine/", f"{runs}/").replace(
+    code = code.replace("/path/to/composed-finetuning/runs/mine/composed_0/", f"{runs}/composed/").replace(
         "/path/to/composed-finetuning", ROOT).replace('["an input of your own"]', repr(sources))
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
@@ -314,7 +315,7 @@ def test_a_tasks_tokenizer_keeps_every_digit_a_piece(tmp_path):
     common.write_lines(str(tmp_path / "y.txt"), [f"{a + b}" for a, b in numbers])
     make_task.main(["--pairs", str(tmp_path / "x.txt"), str(tmp_path / "y.txt"), "--val", "20", "--test", "20",
                     "--vocab-size", "100", "--out", str(tmp_path / "data")])
-    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(tmp_path / "data")))
+    tokenizer = common.load_tokenizer(harness.read_data_folder(str(tmp_path / "data"))["spm"])
     pieces = [piece for text in common.read_lines(str(tmp_path / "data" / "train.src")) for piece in
               tokenizer.encode(text, out_type=str)]
     assert all(len(piece.strip("▁")) <= 1 for piece in pieces if any(c.isdigit() for c in piece))
@@ -329,7 +330,7 @@ def test_the_dates_example_judges_real_dates(tmp_path):
     outputs = [y for split in ("train", "val", "test", "ood")
                for y in common.read_lines(str(tmp_path / f"{split}.tgt"))]
     assert len(set(outputs) | set(common.read_lines(str(tmp_path / "unlabeled.tgt")))) == 22500  # each day once
-    assert common.valid_outputs(str(tmp_path), ["2020-02-29", "2021-02-29", "2021-13-01", "21-03-14", "1999-12-31"]
+    assert harness.valid_outputs(str(tmp_path), ["2020-02-29", "2021-02-29", "2021-13-01", "21-03-14", "1999-12-31"]
                                 ) == [True, False, False, False, True]
 
 
@@ -407,9 +408,9 @@ def test_edit_rates_that_never_edit_are_refused(task, capsys):
 
 def untrained(data, path, role, args):
     """A model of the run's sizes with random weights, saved as a training script saves one."""
-    spm = common.read_tokenizer_bytes(str(data))
-    model = common.Transformer(common.config_from_args(args, common.load_tokenizer(spm).get_piece_size()))
-    common.save_checkpoint(str(path), {"config": dataclasses.asdict(model.config), "model": model.state_dict(),
+    spm = harness.read_data_folder(str(data))["spm"]
+    model = common.Transformer(harness.transformer_config(args, common.load_tokenizer(spm).get_piece_size()))
+    harness.save_checkpoint(str(path), {"config": dataclasses.asdict(model.config), "model": model.state_dict(),
                                        "spm": spm, "role": role, "args": vars(args)})
     return path
 
@@ -426,11 +427,11 @@ def test_the_kept_epoch_is_the_one_the_users_judge_prefers(task, tmp_path, monke
     losses, valid = iter([1.0, 0.5, 0.7, 0.8]), iter([2, 3, 6, 6])
     monkeypatch.setattr(common, "composed_validation_loss", lambda *args: next(losses))
     judged = []
-    monkeypatch.setattr(common, "valid_outputs", lambda folder, outputs: judged.append(outputs) or (
+    monkeypatch.setattr(harness, "valid_outputs", lambda folder, outputs: judged.append(outputs) or (
         [True] * next(valid) + [False] * 10)[:len(outputs)])
     finetune.main(["--method", "composed", *flags, "--denoiser", str(pi), "--init", str(f), "--epochs", "3",
                    "--patience", "3", "--keep-by", keep_by, "--out", str(tmp_path / "composed")])
-    assert common.load_checkpoint(str(tmp_path / "composed" / "model.pt"), needs=())["epoch"] == kept
+    assert harness.load_checkpoint(str(tmp_path / "composed" / "model.pt"), needs=())["epoch"] == kept
     assert len(judged) == 4 * (keep_by == "valid") and all(len(outputs) == 10 for outputs in judged)
 
 
@@ -442,15 +443,15 @@ def test_the_validity_command_as_pis_error_detector_leaves_valid_outputs_untouch
     for detector in ("valid", "none"):
         train_denoiser.main(["--data", str(data), "--preset", "smoke", "--error-detector", detector,
                              "--out", str(tmp_path / detector)])
-    with_g, without = (common.load_checkpoint(str(tmp_path / d / "model.pt")) for d in ("valid", "none"))
+    with_g, without = (harness.load_checkpoint(str(tmp_path / d / "model.pt")) for d in ("valid", "none"))
     assert all(torch.equal(with_g["model"][name], weight) for name, weight in without["model"].items())
     tokenizer = common.load_tokenizer(with_g["spm"])
     outputs = common.read_lines(str(data / "val.tgt")) + ["( + 1 2", "( * ( - 3 4 ) 2", "1 )"]
     valid = [output.count("(") == output.count(")") for output in outputs]
     monkeypatch.chdir(tmp_path)  # g runs the command in the data folder Pi was trained on, wherever Pi is used
-    pi = common.model_from_checkpoint(with_g)
-    repaired = common.denoise(pi, tokenizer, outputs, 4, common.error_detector(with_g))
-    everywhere = common.denoise(pi, tokenizer, outputs, 4, common.error_detector(without))
+    pi = harness.model_from_checkpoint(with_g)
+    repaired = common.denoise(pi, tokenizer, outputs, 4, harness.error_detector(with_g))
+    everywhere = common.denoise(pi, tokenizer, outputs, 4, harness.error_detector(without))
     assert [r for r, ok in zip(repaired, valid) if ok] == [o for o, ok in zip(outputs, valid) if ok]
     assert [r for r, ok in zip(repaired, valid) if not ok] == common.translate(
         pi, tokenizer, [o for o, ok in zip(outputs, valid) if not ok], 4)  # the others go through Pi
@@ -482,15 +483,14 @@ def test_help_speaks_of_the_data_it_is_given(task, capsys, main):
 
 
 def test_help_on_a_task_folder_shows_every_default_in_the_tasks_words(task, capsys):
-    """--help --data DIR: train_denoiser.py shows --error-detector's default; finetune.py without --method shows the
-    preset's values and says they come before a method's changes; both say what program and code mean for a task."""
+    """--help --data DIR: train_denoiser.py shows the task's noise and --error-detector's default; finetune.py shows
+    the task's values, standard's without --method, the method's with it."""
     for main, argv in ((train_denoiser.main, []), (finetune.main, []), (finetune.main, ["--method", "composed"])):
         with pytest.raises(SystemExit):
             main(["--help", "--data", str(task / "data"), *argv])
         shown = " ".join(capsys.readouterr().out.split())
-        assert "read program and code as your outputs, pseudocode as your inputs" in shown
-        assert "(default: none)" in shown if main is train_denoiser.main else "--patience PATIENCE" in shown
+        assert "(default: none)" in shown and "(default: edits)" in shown if main is train_denoiser.main else \
+            "--patience PATIENCE" in shown
         if main is finetune.main:
             patience = re.search(r"\(default: (\d+)\)", shown.split("--patience PATIENCE")[-1]).group(1)
-            assert patience == ("3" if argv else "30")  # composed's own, or the task's
-            assert ("before a method's changes" in shown) == (not argv)
+            assert patience == ("3" if argv else "30")  # composed's own, or the task's (standard's)

@@ -13,9 +13,9 @@ import time
 
 import pytest
 import torch
-from PIL import Image
 
 import common
+import harness
 import evaluate
 import finetune
 import make_sanstype
@@ -55,19 +55,19 @@ def test_denoiser_learns_and_its_checkpoint_stands_alone(denoiser):
     losses = epoch_losses(log)
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert "% compile" in log and "ETA" in log
-    assert "denoiser: " in log and " 64 programs" in log  # the smoke preset's first 64 of the 100
+    assert "denoiser: " in log and " 64 outputs" in log  # the smoke preset's first 64 of the 100
     assert ", device=cpu," in log.split("settings: ")[1].splitlines()[0]  # where it ran, though --device was not given
-    checkpoint = common.load_checkpoint(str(path))
-    history = common.load_checkpoint(str(path.parent / "last.pt"), needs=("state",))["state"]["history"]
+    checkpoint = harness.load_checkpoint(str(path))
+    history = harness.load_checkpoint(str(path.parent / "last.pt"), needs=("state",))["state"]["history"]
     best = min(history, key=lambda h: h["val_loss"])  # model.pt is the epoch with the lowest validation loss
     assert checkpoint["role"] == "denoiser" and (checkpoint["epoch"], checkpoint["best_val_loss"]) == (
         best["epoch"], best["val_loss"])
     # The last line quotes the kept epoch's repair report (not the last epoch's).
     kept_line = next(line for line in log.splitlines() if line.startswith(f"epoch {best['epoch']}: "))
     report = kept_line.split(" (best)")[1].rsplit(";", 1)[0]
-    assert report.startswith(", repairs of 4 val programs") and "of all 4 exact after repair" in report
+    assert report.startswith(", repairs of 4 val outputs") and "of all 4 exact after repair" in report
     assert f"best epoch {best['epoch']} (val loss {best['val_loss']:.4f}{report}) -> " in log
-    model = common.model_from_checkpoint(checkpoint)  # needs nothing but the file
+    model = harness.model_from_checkpoint(checkpoint)  # needs nothing but the file
     tokenizer = common.load_tokenizer(checkpoint["spm"])
     assert model.config.vocab_size == tokenizer.get_piece_size() == 150
 
@@ -81,8 +81,9 @@ def test_finetune_methods_learn(data, denoiser, tmp_path, method):
     assert result.returncode == 0, result.stderr
     losses = epoch_losses(result.stderr)
     assert len(losses) == 3 and losses[-1] < losses[0]
-    last = common.load_checkpoint(str(tmp_path / "last.pt"), needs=("optimizer",))
-    assert last["optimizer"]["param_groups"][0]["lr"] == 0.0  # the smoke preset's linear decay ends at 0
+    last = harness.load_checkpoint(str(tmp_path / "last.pt"), needs=("optimizer",))
+    updates = 5 * (3 - 2 * (method == "bart"))  # 5 batches an epoch; bart's last stage: 1 epoch of 3
+    assert last["optimizer"]["param_groups"][0]["lr"] == pytest.approx(1e-3 / updates)  # the last update's
 
 
 def test_bf16_autocast_trains_as_fp32_does(data, tmp_path):
@@ -95,12 +96,12 @@ def test_bf16_autocast_trains_as_fp32_does(data, tmp_path):
                         tmp_path / precision, "--epochs", "3", "--precision", precision)
         assert result.returncode == 0, result.stderr
         losses[precision] = epoch_losses(result.stderr)
-    history = common.load_checkpoint(str(tmp_path / "fp32" / "last.pt"), needs=("state",))["state"]["history"]
+    history = harness.load_checkpoint(str(tmp_path / "fp32" / "last.pt"), needs=("state",))["state"]["history"]
     assert [loss for h in history for loss in (h["train_loss"], h["val_loss"])] == pytest.approx(
         [5.326212213655338, 4.924919605255127, 4.907847291901615, 4.688833236694336, 4.760363048322416,
          4.613809108734131], rel=1e-4)
-    auto = common.load_checkpoint(str(tmp_path / "auto" / "model.pt"))["args"]["precision"]
-    assert auto == ("bf16" if common.cpu_has_native_bf16() else "fp32")
+    auto = harness.load_checkpoint(str(tmp_path / "auto" / "model.pt"))["args"]["precision"]
+    assert auto == ("bf16" if harness.cpu_has_native_bf16() else "fp32")
     assert losses["auto"] == losses[auto]
     assert losses["bf16"][-1] < losses["bf16"][0]
     assert losses["bf16"] != losses["fp32"]  # it did run in another precision
@@ -111,17 +112,17 @@ def test_bart_freezes_the_decoder_first(data, denoiser, tmp_path):
     result = script("finetune.py", "--method", "bart", "--preset", "smoke", "--data", data, "--denoiser",
                     denoiser[0], "--out", tmp_path, "--epochs", "2", "--frozen-epochs", "1")
     assert result.returncode == 0, result.stderr
-    start = common.load_checkpoint(str(denoiser[0]))["model"]
-    frozen_stage = common.load_checkpoint(str(tmp_path / "frozen" / "model.pt"))["model"]
+    start = harness.load_checkpoint(str(denoiser[0]))["model"]
+    frozen_stage = harness.load_checkpoint(str(tmp_path / "frozen" / "model.pt"))["model"]
     changed = {name for name in start if not torch.equal(start[name], frozen_stage[name])}
     # the encoder and the shared embedding matrix (the encoder's input layer), as the authors ran it
     assert "embed.weight" in changed and all(name.startswith(("encoder", "embed.")) for name in changed)
-    trained = common.load_checkpoint(str(tmp_path / "model.pt"))["model"]
-    assert not torch.equal(trained["decoder.0.ffn.fc1.weight"], start["decoder.0.ffn.fc1.weight"])
+    trained = harness.load_checkpoint(str(tmp_path / "model.pt"))["model"]
+    assert not torch.equal(trained["decoder.0.ffn.0.weight"], start["decoder.0.ffn.0.weight"])
     # Each stage's checkpoints keep the run's settings, not the stage's length: --resume takes them as they were given
     # (it took the second stage's 1 epoch for the run's --epochs, and refused the run).
     for stage in ("", "frozen"):
-        assert common.load_checkpoint(str(tmp_path / stage / "last.pt"))["args"]["epochs"] == 2, stage
+        assert harness.load_checkpoint(str(tmp_path / stage / "last.pt"))["args"]["epochs"] == 2, stage
     resumed = script("finetune.py", "--method", "bart", "--preset", "smoke", "--data", data, "--denoiser",
                      denoiser[0], "--out", tmp_path, "--resume")
     assert resumed.returncode == 0, resumed.stderr
@@ -131,16 +132,16 @@ def test_bart_freezes_the_decoder_first(data, denoiser, tmp_path):
 
 
 def test_linear_schedule_warms_up_then_decays_to_its_last_update():
-    """Update k (0 .. steps - 1) runs at the factor of step k: the last at 1 / steps of the peak, not 0."""
-    args = type("Args", (), {"warmup_steps": 10, "lr_schedule": "linear", "lr": 1e-3, "warmup_start_lr": 0.0})()
-    factors = [common.learning_rate_factor(step, args, 100) for step in range(100)]
-    assert factors[0] == 0.1 and max(factors) == factors[9] and factors[-1] == pytest.approx(1 / 100)
-    assert all(a > b for a, b in zip(factors[9:], factors[10:]))
+    """Update k (0 .. steps - 1) runs at the rate of step k: the last at 1 / steps of the peak, not 0."""
+    rates = [common.learning_rate(step, 100, 1.0, "linear", 10, 0.0) for step in range(100)]
+    assert rates[0] == 0.1 and max(rates) == rates[9] and rates[-1] == pytest.approx(1 / 100)
+    assert all(a > b for a, b in zip(rates[9:], rates[10:]))
     # a run of 40 steps warms up for 4, not 10: a warm-up must not eat a short run
-    short = [common.learning_rate_factor(step, args, 40) for step in range(40)]
+    short = [common.learning_rate(step, 40, 1.0, "linear", 10, 0.0) for step in range(40)]
     assert short[3] == max(short) == 1.0 - 3 / 40 and short[-1] == pytest.approx(1 / 40)
-    args.lr_schedule = "constant"  # the paper's schedule keeps its full warm-up
-    assert common.learning_rate_factor(4, args, 40) == 0.5 and common.learning_rate_factor(99, args, 100) == 1.0
+    # the paper's schedule keeps its full warm-up
+    assert common.learning_rate(4, 40, 1.0, "constant", 10, 0.0) == 0.5
+    assert common.learning_rate(99, 100, 1.0, "constant", 10, 0.0) == 1.0
 
 
 def processes_of(pid: int) -> list[int]:
@@ -168,9 +169,9 @@ def alive(pid: int) -> bool:
 
 
 def test_resume_after_kill_9_loses_at_most_an_epoch(data, tmp_path):
-    """A run killed by SIGKILL inside an epoch leaves no process behind (its epoch worker dies with it) and resumes from
-    its last finished epoch."""
-    args = [sys.executable, os.path.join(ROOT, "finetune.py"), "--method", "baseline", "--preset", "smoke",
+    """A run killed by SIGKILL inside an epoch leaves no process behind (Pi's epoch worker dies with it) and resumes
+    from its last finished epoch."""
+    args = [sys.executable, os.path.join(ROOT, "train_denoiser.py"), "--preset", "smoke", "--repair-every", "0",
             "--data", str(data), "--out", str(tmp_path), "--epochs", "6", "--patience", "9"]
     proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.time() + 120
@@ -186,13 +187,13 @@ def test_resume_after_kill_9_loses_at_most_an_epoch(data, tmp_path):
     while [pid for pid in run if alive(pid)] and time.time() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in run if alive(pid)], "a process of the killed run is left"
-    done = common.load_checkpoint(str(tmp_path / "last.pt"), needs=("state",))["state"]["epoch"]
+    done = harness.load_checkpoint(str(tmp_path / "last.pt"), needs=("state",))["state"]["epoch"]
     assert 1 <= done < 6
     resumed = subprocess.run(args + ["--resume"], capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed from {tmp_path / 'last.pt'} after epoch {done}" in resumed.stderr
     assert len(epoch_losses(resumed.stderr)) == 6 - done
-    state = common.load_checkpoint(str(tmp_path / "last.pt"), needs=("state",))["state"]
+    state = harness.load_checkpoint(str(tmp_path / "last.pt"), needs=("state",))["state"]
     assert [h["epoch"] for h in state["history"]] == [1, 2, 3, 4, 5, 6]
     assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]
 
@@ -210,10 +211,10 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(data, denoiser, tmp_pat
         (("finetune.py", "--method", "standard", "--data", other, "--denoiser", denoiser[0]), "different tokenizers"),
         (("finetune.py", "--method", "magic", "--data", data), "invalid choice"),
         (("finetune.py", "--method", "composed", "--data", data, "--init", tmp_path / "none.pt"), "no checkpoint"),
-        (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--samples", "0"),
-         "at least 1"),
-        (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--samples", "1",
-          "--reinforce-baseline", "leave-one-out"), "needs --samples 2"),  # leave-one-out needs another sample
+        (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--unlabeled-inputs", "-1"),
+         "at least 0"),
+        (("finetune.py", "--method", "composed", "--data", data, "--init", denoiser[0], "--reinforce-baseline",
+          "leave-one-out"), "invalid choice"),  # (one sample: no other sample to leave out)
         (("train_denoiser.py", "--data", tmp_path / "nowhere"), "dataset.json"),
         (("train_denoiser.py", "--data", data, "--epochs", "-3"), "--epochs -3: must be at least 1"),
         (("finetune.py", "--method", "baseline", "--data", data, "--epochs", "0"), "--epochs 0: must be at least 1"),
@@ -257,10 +258,6 @@ def test_evaluate_a_model_with_and_without_the_test_time_denoiser(data, denoiser
     unevaluated = tmp_path / "unevaluated"
     assert script("finetune.py", "--method", "baseline", "--preset", "smoke", "--data", data, "--out", unevaluated,
                   "--epochs", "1").returncode == 0
-    curves = script("evaluate.py", "--curves", tmp_path, unevaluated, "--png", tmp_path / "curves.png")
-    assert curves.returncode == 0, curves.stderr
-    colors = {color for _, color in Image.open(tmp_path / "curves.png").getcolors(10 ** 6)}
-    assert set(evaluate.CURVE_COLORS[:2]) <= colors  # a line per run
     table = script("evaluate.py", "--table", tmp_path, unevaluated, denoiser[0].parent)  # (a denoiser needs none)
     lines = table.stdout.strip().splitlines()  # only the table (`> table.txt`): its header, two rows,
     assert table.returncode == 0 and len(lines) == 5  # then Pi's gain on the run, paired
@@ -360,19 +357,25 @@ def test_the_table_aggregates_the_seeds_of_pi_and_pairs_runs_from_the_same_pi(tm
         "+3.1 / +4.0 |"]
 
 
-@pytest.mark.parametrize("estimator", ["reinforce", "straight-through", "gumbel"])
+def frozen(pi, args):
+    """composed_loss's Pi, frozen, and Eq. 1's settings, as finetune.py hands them to harness.train."""
+    pi.eval().requires_grad_(False)
+    return dict(denoiser=pi, error_free=None, estimator=args.estimator, baseline=args.reinforce_baseline,
+                gamma=args.gamma, weight=args.composed_weight, lam=args.lam)
+
+
+@pytest.mark.parametrize("estimator", ["reinforce", "straight-through"])
 def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path, estimator):
     """Eq. 1 trains f only: after composed epochs Pi is bit-identical, in eval mode, without grads, whichever
     estimator carries the gradient (straight-through's goes through Pi to its input)."""
     args = finetune.parse_args(["--method", "composed", "--preset", "smoke", "--data", str(data), "--epochs", "2",
                                 "--out", str(tmp_path), "--estimator", estimator])
-    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
+    tokenizer = common.load_tokenizer(harness.read_data_folder(str(data))["spm"])
     pairs = finetune.load_pairs(str(data), "train", tokenizer)
-    checkpoint = common.load_checkpoint(str(denoiser[0]))
-    model, pi = common.model_from_checkpoint(checkpoint), common.model_from_checkpoint(checkpoint)
+    checkpoint = harness.load_checkpoint(str(denoiser[0]))
+    model, pi = harness.model_from_checkpoint(checkpoint), harness.model_from_checkpoint(checkpoint)
     before = {name: p.clone() for name, p in pi.state_dict().items()}
-    compose = finetune.freeze(pi, checkpoint, tokenizer, args)
-    state = common.fit(model, lambda epoch: pairs, pairs[:8], args, str(tmp_path), {}, **compose)
+    state = harness.train(model, args, str(tmp_path), {}, lambda epoch: pairs, pairs[:8], composed=frozen(pi, args))
     assert [h["epoch"] for h in state["history"]] == [0, 1, 2] and not pi.training  # 0: the f it started from
     assert all(p.grad is None and not p.requires_grad for p in pi.parameters())
     assert all(torch.equal(before[name], p) for name, p in pi.state_dict().items())
@@ -384,17 +387,16 @@ def test_composed_keeps_the_f_it_starts_from_when_no_epoch_does_better(data, den
     epoch scores worse (here the criterion is made to), model.pt holds the f composed fine-tuning started from."""
     args = finetune.parse_args(["--method", "composed", "--preset", "smoke", "--data", str(data), "--epochs", "2",
                                 "--out", str(tmp_path)])
-    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
+    tokenizer = common.load_tokenizer(harness.read_data_folder(str(data))["spm"])
     pairs = finetune.load_pairs(str(data), "train", tokenizer)
-    checkpoint = common.load_checkpoint(str(denoiser[0]))
-    model, pi = common.model_from_checkpoint(checkpoint), common.model_from_checkpoint(checkpoint)
+    checkpoint = harness.load_checkpoint(str(denoiser[0]))
+    model, pi = harness.model_from_checkpoint(checkpoint), harness.model_from_checkpoint(checkpoint)
     start = {name: p.clone() for name, p in model.state_dict().items()}
     scores = iter([1.0, 1.5, 1.2])  # epochs 0, 1, 2
     monkeypatch.setattr(common, "composed_validation_loss", lambda *args: next(scores))
-    state = common.fit(model, lambda epoch: pairs, pairs[:8], args, str(tmp_path), {},
-                       **finetune.freeze(pi, checkpoint, tokenizer, args))
+    state = harness.train(model, args, str(tmp_path), {}, lambda epoch: pairs, pairs[:8], composed=frozen(pi, args))
     assert (state["best_epoch"], [h["val_loss"] for h in state["history"]]) == (0, [1.0, 1.5, 1.2])
-    kept = common.load_checkpoint(str(tmp_path / "model.pt"), needs=("model",))
+    kept = harness.load_checkpoint(str(tmp_path / "model.pt"), needs=("model",))
     assert kept["epoch"] == 0 and all(torch.equal(start[name], p) for name, p in kept["model"].items())
     assert not all(torch.equal(start[name], p) for name, p in model.state_dict().items())  # (f did train)
 
@@ -403,11 +405,11 @@ def test_a_corruption_registered_once_reaches_the_help_and_the_table(data, tmp_p
     """A noise added to train_denoiser.CORRUPTIONS alone: --help lists it; a Pi trained on it names its rows in
     evaluate.py's table, with no paper numbers beside them, and its evaluations go into files of their own (it is not
     the dataset's noise), beside those without it."""
-    monkeypatch.setitem(train_denoiser.CORRUPTIONS, "reverse", train_denoiser.Corruption(
-        lambda text, rng, args, tokenizer: " ".join(reversed(text.split())), "the words in reverse order", {}))
+    monkeypatch.setitem(train_denoiser.CORRUPTIONS, "reverse", train_denoiser.Noise(
+        lambda text, rng, args, tokenizer: " ".join(reversed(text.split())), {}))
     with pytest.raises(SystemExit):
         train_denoiser.main(["--data", str(data), "--help"])
-    assert "reverse: the words in reverse order" in " ".join(capsys.readouterr().out.split())
+    assert "--corruption {code,edits,line,random,reverse,smiles}" in " ".join(capsys.readouterr().out.split())
     train_denoiser.main(["--data", str(data), "--preset", "smoke", "--corruption", "reverse", "--epochs", "1",
                          "--out", str(tmp_path / "pi")])
     finetune.main(["--method", "baseline", "--data", str(data), "--preset", "smoke", "--epochs", "1", "--out",
@@ -430,8 +432,8 @@ def test_composed_model_is_evaluated_through_its_denoiser(data, denoiser, tmp_pa
                     tmp_path / "standard" / "model.pt", "--denoiser", denoiser[0], "--out", tmp_path, "--epochs", "2")
     assert result.returncode == 0, result.stderr
     assert len(epoch_losses(result.stderr)) == 2
-    composed = common.load_checkpoint(str(tmp_path / "model.pt"))
-    original = common.load_checkpoint(str(denoiser[0]))["model"]
+    composed = harness.load_checkpoint(str(tmp_path / "model.pt"))
+    original = harness.load_checkpoint(str(denoiser[0]))["model"]
     assert all(torch.equal(original[name], p) for name, p in composed["denoiser"]["model"].items())
     result = script("evaluate.py", tmp_path / "model.pt", "--data", data, "--splits", "test")
     assert result.returncode == 0, result.stderr
@@ -445,27 +447,26 @@ def test_backtranslation_runs_its_three_stages(data, tmp_path):
     result = script("finetune.py", "--method", "backtranslation", "--preset", "smoke", "--data", data,
                     "--out", tmp_path)
     assert result.returncode == 0, result.stderr
-    reverse = common.load_checkpoint(str(tmp_path / "reverse" / "model.pt"))
+    reverse = harness.load_checkpoint(str(tmp_path / "reverse" / "model.pt"))
     assert reverse["method"] == "backtranslation-reverse"
     synthetic = (tmp_path / "synthetic.src").read_text().splitlines()
     programs = (tmp_path / "synthetic.tgt").read_text().splitlines()
     assert len(synthetic) == len(programs) == 16 and programs == common.read_lines(str(data / "unlabeled.tgt"))[:16]
     assert "40 labeled + 16 synthetic pairs" in result.stderr
-    assert common.load_checkpoint(str(tmp_path / "model.pt"))["method"] == "backtranslation"
+    assert harness.load_checkpoint(str(tmp_path / "model.pt"))["method"] == "backtranslation"
 
 
 def test_saving_removes_what_a_killed_save_left(tmp_path):
     (tmp_path / "last.pt.tmp999").write_bytes(b"half a checkpoint")  # kill -9 during torch.save
-    common.save_checkpoint(str(tmp_path / "last.pt"), {"state": 1})
+    harness.save_checkpoint(str(tmp_path / "last.pt"), {"state": 1})
     assert os.listdir(tmp_path) == ["last.pt"]
-    assert common.load_checkpoint(str(tmp_path / "last.pt"), needs=("state",))["state"] == 1
+    assert harness.load_checkpoint(str(tmp_path / "last.pt"), needs=("state",))["state"] == 1
 
 
 def test_inverse_sqrt_schedule_warms_up_from_its_start_rate_then_decays():
     """The paper preset's schedule, fairseq's inverse_sqrt: the denoiser warms up from 1e-7 to 1e-3 in 4000 updates."""
-    args = type("Args", (), {"warmup_steps": 4000, "lr_schedule": "inverse-sqrt", "lr": 1e-3,
-                             "warmup_start_lr": 1e-7})()
-    rate = [1e-3 * common.learning_rate_factor(step, args, 10 ** 6) for step in (0, 1999, 3999, 15999, 63999)]
+    rate = [common.learning_rate(step, 10 ** 6, 1e-3, "inverse-sqrt", 4000, 1e-7)
+            for step in (0, 1999, 3999, 15999, 63999)]
     assert rate[0] < 1e-6 and abs(rate[1] - 0.5e-3) < 1e-6 and rate[2] == 1e-3
     assert abs(rate[3] - 0.5e-3) < 1e-12 and abs(rate[4] - 0.25e-3) < 1e-12  # peak * sqrt(4000 / step)
 
@@ -507,17 +508,17 @@ def test_the_paper_preset_stops_each_run_patience_epochs_after_its_best(data):
 def test_fine_tuning_trains_with_its_own_dropout_not_the_denoisers(data, tmp_path, monkeypatch, method):
     """On the paper preset Pi trains with dropout 0.4; a predictor that starts from its weights trains with
     its own row's 0.1 / 0.2 / 0.2 (the authors rebuild the model from the fine-tuning command)."""
-    spm = common.read_tokenizer_bytes(str(data))
+    spm = harness.read_data_folder(str(data))["spm"]
     paper = dict(vocab_size=150, d_model=256, n_heads=2, encoder_layers=3, decoder_layers=3, d_ff=1024)
     pi = common.Transformer(common.TransformerConfig(**paper, dropout=0.4, attention_dropout=0.2,
                                                      activation_dropout=0.2))
     checkpoint = {"config": dataclasses.asdict(pi.config), "model": pi.state_dict(), "spm": spm, "role": "denoiser"}
-    common.save_checkpoint(str(tmp_path / "pi.pt"), checkpoint)
+    harness.save_checkpoint(str(tmp_path / "pi.pt"), checkpoint)
     built = []
-    monkeypatch.setattr(common, "fit", lambda model, *args, **kwargs: built.append(model) or
-                        {"best_epoch": 1, "best_loss": 1.0})
+    monkeypatch.setattr(harness, "train", lambda model, *args, **kwargs: built.append(model) or
+                        {"best_epoch": 1, "best_loss": 1.0, "best_share": None})
     f = {**checkpoint, "role": "predictor"}  # composed's f, with the same weights
-    monkeypatch.setattr(common, "load_checkpoint",  # (bart reloads its first stage's)
+    monkeypatch.setattr(harness, "load_checkpoint",  # (bart reloads its first stage's)
                         lambda path, needs=(): f if path.endswith("f.pt") else checkpoint)
     init = ["--init", str(tmp_path / "f.pt")] if method == "composed" else []
     finetune.finetune(finetune.parse_args(["--method", method, "--preset", "paper", "--data", str(data), *init,
@@ -525,7 +526,7 @@ def test_fine_tuning_trains_with_its_own_dropout_not_the_denoisers(data, tmp_pat
     model = built[0]
     assert torch.equal(model.embed.weight, pi.embed.weight)  # Pi's weights ...
     layer = model.decoder[0]
-    assert (model.config.dropout, layer.dropout, layer.self_attention.dropout, layer.ffn.activation_dropout) == \
+    assert (model.config.dropout, layer.dropout, layer.self_attention.dropout, layer.ffn[2].p) == \
         (0.1, 0.1, 0.2, 0.2)  # ... and the fine-tuning row's dropout
 
 
@@ -547,14 +548,14 @@ def run_killed_and_resumed(command: list, out, kill_after: list[float]):
         proc = subprocess.Popen(command + ["--resume"] * bool(i), stderr=subprocess.DEVNULL, env=env)
         deadline = time.time() + 120
         while time.time() < deadline and proc.poll() is None:  # until an epoch beyond the last kill's is saved
-            if last.exists() and common.load_checkpoint(str(last), needs=("state",))["state"]["epoch"] > done:
+            if last.exists() and harness.load_checkpoint(str(last), needs=("state",))["state"]["epoch"] > done:
                 break
             time.sleep(0.02)
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert proc.returncode == -signal.SIGKILL, "the run ended before it was killed: kill it sooner"
-        done = common.load_checkpoint(str(last), needs=("state",))["state"]["epoch"]
+        done = harness.load_checkpoint(str(last), needs=("state",))["state"]["epoch"]
     result = subprocess.run(command + ["--resume"], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     assert f"resumed from {last} after epoch {done}" in result.stderr
@@ -582,10 +583,10 @@ def test_a_run_killed_twice_and_resumed_ends_bit_for_bit_as_an_unbroken_one(data
     run_killed_and_resumed(command + ["--out", str(tmp_path / "killed")], tmp_path / "killed",
                            [rng.uniform(0, 0.3), rng.uniform(0, 0.3)])
     for name in ("model.pt", "last.pt"):
-        whole, broken = (common.load_checkpoint(str(tmp_path / run / name)) for run in ("unbroken", "killed"))
+        whole, broken = (harness.load_checkpoint(str(tmp_path / run / name)) for run in ("unbroken", "killed"))
         assert whole["model"].keys() == broken["model"].keys()
         assert all(torch.equal(whole["model"][key], broken["model"][key]) for key in whole["model"]), name
-    whole, broken = (common.load_checkpoint(str(tmp_path / run / "last.pt")) for run in ("unbroken", "killed"))
+    whole, broken = (harness.load_checkpoint(str(tmp_path / run / "last.pt")) for run in ("unbroken", "killed"))
     for a, b in zip(whole["optimizer"]["state"].values(), broken["optimizer"]["state"].values()):
         assert all(torch.equal(a[key], b[key]) for key in a)
     without_seconds = lambda history: json.dumps([{k: v for k, v in h.items() if k != "seconds"}  # noqa: E731
@@ -611,7 +612,7 @@ def test_a_run_killed_before_its_first_last_checkpoint_resumes_with_its_settings
     flags = ["--method", "baseline", "--preset", "smoke", "--data", str(data), "--out", str(tmp_path), "--resume"]
     assert finetune.parse_args(flags).lr == 5e-4  # (the preset's is 1e-3)
     with pytest.raises(common.UsageError, match=r"--lr 0.002 \(it ran with 0.0005\)"):
-        common.claim_output(finetune.parse_args([*flags, "--lr", "2e-3"]))
+        harness.claim_output(finetune.parse_args([*flags, "--lr", "2e-3"]))
 
 
 @pytest.mark.parametrize("method", ["bart", "backtranslation"])
@@ -636,7 +637,7 @@ def test_a_staged_run_resumed_in_a_later_stage_keeps_its_settings(data, denoiser
     assert resumed.returncode == 0, resumed.stderr
     settings = resumed.stderr.split("settings: ")[1].splitlines()[0]
     assert "epochs=3," in settings and "patience=9," in settings, settings
-    whole, broken = (common.load_checkpoint(str(tmp_path / run / "model.pt")) for run in ("unbroken", "killed"))
+    whole, broken = (harness.load_checkpoint(str(tmp_path / run / "model.pt")) for run in ("unbroken", "killed"))
     assert (broken["args"]["epochs"], broken["args"]["patience"]) == (3, 9)
     assert all(torch.equal(whole["model"][key], broken["model"][key]) for key in whole["model"])
 
@@ -666,7 +667,7 @@ def test_a_resume_goes_on_with_what_the_last_resume_changed(data, denoiser, tmp_
              "--out", tmp_path / "run", "--lr", "1e-9", "--lr-schedule", "constant"]  # (no epoch beats epoch 0)
     for more in (["--epochs", "1"], ["--epochs", "2", "--resume"]):
         assert script("finetune.py", *flags, *more).returncode == 0
-    kept, last = (common.load_checkpoint(str(tmp_path / "run" / name)) for name in ("model.pt", "last.pt"))
+    kept, last = (harness.load_checkpoint(str(tmp_path / "run" / name)) for name in ("model.pt", "last.pt"))
     assert (kept["epoch"], kept["args"]["epochs"], last["args"]["epochs"]) == (0, 1, 2)
     again = script("finetune.py", *flags, "--resume")
     assert again.returncode == 0, again.stderr
@@ -692,8 +693,8 @@ def test_composed_resumes_only_against_the_pi_it_trained_against(data, denoiser,
 def denoiser_pairs(data, *flags):
     """pairs(epoch): the denoiser's training pairs of an epoch (smoke preset), and its batch size."""
     args = train_denoiser.parse_args(["--preset", "smoke", "--data", str(data), "--device", "cpu", *flags])
-    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
-    programs = train_denoiser.training_programs(args)
+    tokenizer = common.load_tokenizer(harness.read_data_folder(str(data))["spm"])
+    programs = train_denoiser.training_outputs(args)
     clean_ids = tokenizer.encode(programs)
     return lambda epoch: train_denoiser.corrupted_pairs(programs, clean_ids, tokenizer, args, epoch), args.batch_size
 
@@ -702,7 +703,7 @@ def test_the_authors_pi_data_is_the_unlabeled_programs_corrupted_once(data):
     """--pi-data authors: each unlabeled program corrupted once, the same pairs every epoch; ours: the unlabeled and
     the labeled code, corrupted afresh every epoch."""
     unlabeled, labeled = (common.read_lines(str(data / name)) for name in ("unlabeled.tgt", "train.tgt"))
-    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
+    tokenizer = common.load_tokenizer(harness.read_data_folder(str(data))["spm"])
     for pi_data, programs in (("authors", unlabeled), ("ours", unlabeled + labeled)):
         pairs, _ = denoiser_pairs(data, "--pi-data", pi_data, "--unlabeled", "0")
         epochs = [pairs(epoch) for epoch in (1, 2, 3)]
@@ -712,14 +713,14 @@ def test_the_authors_pi_data_is_the_unlabeled_programs_corrupted_once(data):
 
 
 def test_the_worker_process_makes_each_epoch_as_this_process_would(data):
-    """common.fit's worker process (epoch_loader) hands over each epoch's batches byte for byte as made here: the same
+    """harness.train's worker process (epochs_ahead) hands over each epoch's batches byte for byte as made here: the same
     corruption streams, so a run's results do not depend on where its epochs were made; and making them draws
     nothing from the training's random generator (dropout, f's samples)."""
     pairs, batch_size = denoiser_pairs(data)
     make_epoch = lambda epoch: common.batches(pairs(epoch), batch_size, random.Random(epoch))  # noqa: E731
     torch.manual_seed(0)
     generator = torch.get_rng_state()
-    from_worker = [common.unpack_epoch(packed) for packed in common.epoch_loader(make_epoch, range(1, 4))]
+    from_worker = list(harness.epochs_ahead(make_epoch, range(1, 4)))
     assert torch.equal(torch.get_rng_state(), generator)
     here = [make_epoch(epoch) for epoch in range(1, 4)]
     assert [len(epoch) for epoch in from_worker] == [len(epoch) for epoch in here]
@@ -731,7 +732,7 @@ def test_the_worker_process_makes_each_epoch_as_this_process_would(data):
 
 
 def test_padding_to_a_multiple_of_8_changes_no_loss(data):
-    """On a GPU, batches are padded to lengths that are multiples of 8 (common.length_multiple): a few shapes. The
+    """On a GPU, batches are padded to lengths that are multiples of 8 (harness.train): a few shapes. The
     padding is masked as keys and ignored as targets, so each batch's loss is the unpadded batch's."""
     pairs, batch_size = denoiser_pairs(data)
     tight, padded = (common.batches(pairs(1), batch_size, random.Random(0), multiple) for multiple in (1, 8))
@@ -755,7 +756,7 @@ def test_inputs_with_no_gold_come_in_batches_of_their_own_the_next_ones_each_epo
     data folder without unlabeled.src is refused in one line, nothing written."""
     args = finetune.parse_args(["--method", "composed", "--preset", "smoke", "--data", str(data), "--out",
                                 str(tmp_path / "run"), "--unlabeled-inputs", "25"])
-    tokenizer = common.load_tokenizer(common.read_tokenizer_bytes(str(data)))
+    tokenizer = common.load_tokenizer(harness.read_data_folder(str(data))["spm"])
     inputs_alone = finetune.unlabeled_inputs(args, tokenizer)
     sources = tokenizer.encode(common.read_lines(str(data / "unlabeled.src")))  # 60 of them
     assert inputs_alone(2) == [(x, None) for x in sources[25:50]] and inputs_alone(3) == [
@@ -772,7 +773,7 @@ def test_inputs_with_no_gold_come_in_batches_of_their_own_the_next_ones_each_epo
                     tmp_path / "f" / "model.pt", "--denoiser", denoiser[0], "--unlabeled-inputs", "25", "--epochs", "1",
                     "--out", tmp_path / "run")
     assert f.returncode == 0 and result.returncode == 0, f.stderr + result.stderr
-    assert common.load_checkpoint(str(tmp_path / "run" / "model.pt"))["args"]["unlabeled_inputs"] == 25
+    assert harness.load_checkpoint(str(tmp_path / "run" / "model.pt"))["args"]["unlabeled_inputs"] == 25
     bare = tmp_path / "bare"
     shutil.copytree(data, bare)
     os.remove(bare / "unlabeled.src")

@@ -131,7 +131,7 @@ def test_layers_normalise_before_each_sublayer():
     adds c to its input as it is (a post-norm layer would return LayerNorm(x + c))."""
     layer = tiny().encoder[0]
     with torch.no_grad():
-        for sublayer_output in (layer.attention.out, layer.ffn.fc2):
+        for sublayer_output in (layer.self_attention.out, layer.ffn[-1]):
             sublayer_output.weight.zero_()
             sublayer_output.bias.fill_(0.5)
     x = 3 * torch.randn(2, 5, 32)
