@@ -5,7 +5,7 @@
   3. U-Net                  the image denoiser of the font experiment (fonts.py)
   4. Corruptions            the noises a denoiser Pi learns to undo
   5. Eq. 1                  composed fine-tuning's loss: REINFORCE through the frozen Pi, plus the direct term
-  6. Validation             the criteria that pick the epoch a run keeps
+  6. Validation             the losses by which fit picks the epoch a run keeps
   7. The training loop      batches, the learning rate set by hand, one epoch, fit
 
 Every function here takes modules, tensors and plain values. The run machinery (flags, presets, run folders,
@@ -611,7 +611,6 @@ def canonical_smiles(smiles: str) -> str | None:
 # y' is discrete, so the first term's gradient needs an estimator (Section 3): REINFORCE, the paper's (Appendix D),
 # E[(log p_beta(y | y') - b) grad log p_theta(y' | x)] from one y' per input, the reward clamped at gamma; or
 # straight-through, Pi reading y' as one-hot rows that carry the gradient of f's softmax (Bengio et al., 2013).
-
 #
 # composed_loss: weight * (first term) + lam * (direct term), each summed over tokens and divided by the batch's gold
 # tokens (fairseq's scale). Pi is frozen (eval mode). baseline b: the mean reward of the batch's other inputs ("batch")
@@ -624,7 +623,10 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, estimator="reinforce", base
     """A loss whose gradient estimates minus Eq. 1's for a batch."""
     no_gold = tgt_out.shape[1] == 1 and bool((tgt_out == PAD_ID).all())
     max_len = max_len or output_length_limit(f, src, None if no_gold else tgt_out)
-    training, _ = f.training, f.eval()  # y' is drawn as f predicts at test time, without dropout
+    # y' is drawn as f predicts at test time, without dropout; its log-probability below is scored with dropout on, as
+    # the direct term's is: REINFORCE's sample and its score differ by f's dropout
+    training = f.training
+    f.eval()
     y_prime = f.generate(src, max_len, sample=True)                                     # y' ~ p_theta(.|x)
     f.train(training)
     noisy = with_eos(y_prime)                                                           # y' as Pi reads it
@@ -836,8 +838,11 @@ def fit(model, optimizer, upcoming, val_batches, lr_at, state: dict, epochs: int
         if epoch - state["best_epoch"] > patience:
             break
         started = time.time()
-        train_loss = train_one_epoch(model, next(upcoming), optimizer, lr_at, state, composed, label_smoothing_at(
-            epoch, label_smoothing), clip_norm, bf16, f"epoch {epoch}/{epochs}") if epoch else math.nan
+        train_loss = math.nan  # composed's epoch 0 trains nothing: it validates the f it starts from
+        if epoch:
+            train_loss = train_one_epoch(model, next(upcoming), optimizer, lr_at, state, composed,
+                                         label_smoothing_at(epoch, label_smoothing), clip_norm, bf16,
+                                         f"epoch {epoch}/{epochs}")
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             loss = validation_loss(model, val_batches) if composed is None else composed_validation_loss(
                 model, composed["denoiser"], val_batches, composed["error_free"], composed["gamma"])  # of Pi(f(x))

@@ -289,7 +289,8 @@ def group_label(group: list[dict]) -> str:
 
 
 def by_seed(summaries: list[dict]) -> list[list[dict]]:
-    """The table's rows: runs that differ only by their seed or their Pi's, together, in the order of their seeds."""
+    """The table's rows: runs that differ only by their seed or the seed of the Pi they were fine-tuned from, together,
+    in the order of their seeds (runs through a test-time Pi of another seed: a row of their own)."""
     groups = {}
     for s in summaries:
         key = tuple(json.dumps(s.get(name), sort_keys=True) for name in (

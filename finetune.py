@@ -42,7 +42,7 @@ PRESETS = {
         #                  baseline  standard  bart  composed     backtranslation
         denoiser=          [None,    PI,       PI,   PI,          None],
         init=              [None,    None,     None, F,           None],
-        keep_by=           ["loss",  "loss",   None, "valid",     None],  # valid: of a task with a validity command
+        keep_by=           ["loss",  "loss",   None, "valid",     None],  # valid: where the data has a validity command
         estimator=         [None,    None,     None, "reinforce", None],  # Eq. 1 (common.composed_loss)
         reinforce_baseline=[None,    None,     None, "batch",     None],
         gamma=             [None,    None,     None, -50.0,       None],
@@ -110,6 +110,8 @@ def preset_values(data: dict, known) -> dict:
     method = METHODS.index(known.method) if known.method in METHODS else 1
     values = {name: value[method] if isinstance(value, list) else value
               for name, value in {**PRESETS["every preset"], **block}.items()}
+    if values["keep_by"] == "valid" and not data.get("valid_command"):
+        values["keep_by"] = "loss"  # validity is judged only where the data names a command
     return {**values, "out": os.path.join("runs", METHODS[method])}
 
 
@@ -143,7 +145,7 @@ def parse_args(argv=None):
     if args.method == "bart" and not args.frozen_epochs < args.epochs:
         parser.error(f"bart: --frozen-epochs ({args.frozen_epochs}) must be below --epochs ({args.epochs})")
     if args.keep_by == "valid" and not harness.read_data_folder(args.data).get("valid_command"):
-        args.keep_by = "loss"  # (no validity command to judge by)
+        parser.error(f"--keep-by valid: {args.data} names no validity command (make_task.py --valid-command)")
     return args
 
 

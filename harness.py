@@ -187,9 +187,9 @@ def check_output_file(path: str, flag: str = "--out"):
 
 # Staged methods train their first stages in folders of their own inside the run folder (bart, backtranslation).
 STAGES = ("frozen", "reverse", "mixed")
-# What a resumed run may change: how long it goes on, where it runs and how it reports. Anything else would make it
-# another run than the one it continues (--epochs moves the rest of a linear decay; another --device computes
-# otherwise).
+# What a resumed run may change: how long it goes on, where it runs and how it reports; any other setting would make
+# it another run. A run resumed as it was ends bit for bit as an unbroken one; with another --epochs the rest of a
+# linear decay moves, on another --device the arithmetic differs.
 MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
 
 
@@ -510,10 +510,11 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors are one line (exit code 2), with HelpFormatter's --help."""
+    """argparse whose errors are one line (exit code 2), with HelpFormatter's --help; flags are spelled whole (the
+    scripts look for --resume and a noise's flags in the command line)."""
 
     def __init__(self, **kwargs):
-        super().__init__(**{"formatter_class": HelpFormatter, **kwargs})
+        super().__init__(**{"formatter_class": HelpFormatter, "allow_abbrev": False, **kwargs})
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")

@@ -110,6 +110,8 @@ def parse_args(argv=None):
         parser.error(f"--edit-rates {args.edit_rates}: four probabilities within [0, 1), not all zero")
     harness.check_ranges(parser, args, at_least_1="num_corruptions repair_programs", not_negative="unlabeled "
                          "repair_every", positive="deletion_probability", probability="deletion_probability")
+    if args.corruption not in CORRUPTIONS:  # (argparse checks a flag's choices, not a default from dataset.json)
+        parser.error(f"{args.data}/dataset.json names the corruption {args.corruption!r}: not one of {', '.join(CORRUPTIONS)}")
     if args.error_detector == "compile" and args.dataset != "spoc":
         parser.error("--error-detector compile needs SPoC data (make_spoc.py)")
     if args.error_detector == "valid" and not harness.read_data_folder(args.data).get("valid_command"):
@@ -175,10 +177,12 @@ def train(args):
     def report_repairs(model, epoch) -> str:
         """Every --repair-every epochs, how Pi repairs the first --repair-programs of val_noisy. Of those outputs:
           N changed by the noise      the corrupted output differs from the original;
-          M of them repaired exactly  of those N, Pi's greedy repair (with g: of what g flags) is the original;
+          M of them repaired exactly  of those N, how many Pi's greedy repair makes the original (with g, Pi repairs
+                                      only those g flags; the others stay as they are);
           X% of all exact             of all of them after repair, the unchanged ones included;
-          Y% compile / valid          of all after repair: g++ compiles them, RDKit reads them (molecules), the task's
-                                      validity command passes them; SPoC: Z% correct on its problems' hidden tests."""
+          Y% compile / valid          of all after repair: g++ compiles them (SansType), RDKit reads them (molecules),
+                                      the task's validity command passes them (a task without one: none);
+          Z% correct                  SPoC, in Y's place: of all after repair, those passing their hidden tests."""
         if not args.repair_every or epoch % args.repair_every:
             return ""
         noisy, clean = val_noisy[:args.repair_programs], val[:args.repair_programs]
@@ -199,7 +203,7 @@ def train(args):
                 return report
         else:
             valid = judge.sanstype_compiles(repaired)
-        return report + f", {100 * sum(valid) / len(valid):.1f}% " + ("compile" if args.dataset in ("sanstype", "spoc")
+        return report + f", {100 * sum(valid) / len(valid):.1f}% " + ("compile" if args.dataset == "sanstype"
                                                                       else "valid")
 
     val_pairs = list(zip(tokenizer.encode(val_noisy), tokenizer.encode(val)))

@@ -50,11 +50,13 @@ def make_work(w):
     finetune.main(["--method", "standard", "--data", str(w / "data"), *SMOKE, "--denoiser", str(w / "pi/model.pt"),
                    "--out", str(w / "standard"), "--epochs", "1"])
     (w / "junk.pt").write_text("hello")
-    for folder, tokenizer in (("copy", None), ("broken", slice(0, 100)), ("empty", slice(0, 0))):
+    for folder, tokenizer in (("copy", None), ("broken", slice(0, 100)), ("empty", slice(0, 0)), ("odd", None)):
         (w / folder).mkdir()
         for name in ("dataset.json", "train.src", "train.tgt", "val.src", "val.tgt", "unlabeled.tgt", "spm.model"):
             content = (w / "data" / name).read_bytes()
             (w / folder / name).write_bytes(content[tokenizer] if name == "spm.model" and tokenizer else content)
+    facts = json.loads((w / "odd" / "dataset.json").read_text())
+    (w / "odd" / "dataset.json").write_text(json.dumps({**facts, "corruption": "nonsense"}))  # a noise we lack
     (w / "fonts_run.pt").write_bytes(b"a finished fonts run")
     (w / "glyphs.npz").write_bytes(b"rendered fonts")
     torch.save({"kind": "denoiser", "config": {}, "state_dict": {}}, w / "fonts_pi.pt")  # as fonts.py writes one
@@ -93,6 +95,11 @@ def fault_table(w):
         ("train_denoiser.py", ["--data", f"{w}/broken", *SMOKE, "--out", out], "not a sentencepiece model"),
         ("train_denoiser.py", ["--data", f"{w}/empty", *SMOKE, "--out", out], "not a sentencepiece model"),
         ("train_denoiser.py", ["--data", f"{w}/copy", *SMOKE, "--out", f"{w}/pi", "--resume"], "it ran with"),
+        ("train_denoiser.py", [*data, *SMOKE, "--out", f"{w}/pi", "--resu"], "unrecognized arguments: --resu"),
+        ("train_denoiser.py", ["--data", f"{w}/odd", *SMOKE, "--out", out], "names the corruption 'nonsense'"),
+        ("finetune.py", ["--method", "composed", *data, *SMOKE, "--init", f, "--denoiser", pi, "--keep-by", "valid",
+                         "--out", out],
+         "names no validity command"),
         ("finetune.py", ["--method", "baseline", *data, "--init", f, "--out", out], "does not apply"),
         ("finetune.py", ["--method", "standard", *data, "--frozen-epochs", "2", "--out", out], "does not apply"),
         ("finetune.py", ["--method", "standard", *data, *SMOKE, "--denoiser", f, "--out", out],
