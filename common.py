@@ -292,6 +292,7 @@ def decode_step(model, s: Decoding, written: int | None = None):
     if s.sample:  # inverse-CDF draw: one uniform per row (torch.multinomial draws one per class)
         cdf = F.softmax(logits, dim=-1).cumsum(dim=-1)
         uniform = torch.rand(len(s.tokens), 1, device=cdf.device)[s.rows] * cdf[:, -1:]  # as many whoever is left
+        uniform = uniform.clamp(min=torch.finfo(cdf.dtype).tiny)  # above 0, where the cdf of PAD (never drawn) lies
         next_token = torch.searchsorted(cdf, uniform).squeeze(1).clamp(max=logits.shape[-1] - 1)
     else:
         next_token = logits.argmax(dim=-1)
@@ -609,8 +610,9 @@ def canonical_smiles(smiles: str) -> str | None:
 #     E_{y' ~ p_theta(.|x)} [ log p_beta(y | y') ]  +  lambda * log p_theta(y | x)                    (Eq. 1)
 #
 # y' is discrete, so the first term's gradient needs an estimator (Section 3): REINFORCE, the paper's (Appendix D),
-# E[(log p_beta(y | y') - b) grad log p_theta(y' | x)] from one y' per input, the reward clamped at gamma; or
-# straight-through, Pi reading y' as one-hot rows that carry the gradient of f's softmax (Bengio et al., 2013).
+# E[(log p_beta(y | y') - b) grad log p_theta(y' | x)] from one y' per input, the reward (a sum over y's tokens)
+# floored at gamma; or straight-through, Pi reading y' as one-hot rows that carry the gradient of f's softmax
+# (Bengio et al., 2013).
 #
 # composed_loss: weight * (first term) + lam * (direct term), each summed over tokens and divided by the batch's gold
 # tokens (fairseq's scale). Pi is frozen (eval mode). baseline b: the mean reward of the batch's other inputs ("batch")
@@ -849,7 +851,7 @@ def fit(model, optimizer, upcoming, val_batches, lr_at, state: dict, epochs: int
             share = val_share(model) if val_share else None
         # The kept epoch: the highest judged share of val where there is one (--keep-by), ties broken by the loss
         if share is None or state["best_share"] is None or share == state["best_share"]:
-            improved = epoch == 0 or loss < state["best_loss"]
+            improved = loss < state["best_loss"]
         else:
             improved = share > state["best_share"]
         if improved:

@@ -42,9 +42,9 @@ PRESETS = {
         #                  baseline  standard  bart  composed     backtranslation
         denoiser=          [None,    PI,       PI,   PI,          None],
         init=              [None,    None,     None, F,           None],
-        keep_by=           ["loss",  "loss",   None, "valid",     None],  # valid: where the data has a validity command
+        keep_by=           ["loss",  "loss",   None, "valid",     None],  # "loss" where data has no validity command
         estimator=         [None,    None,     None, "reinforce", None],  # Eq. 1 (common.composed_loss)
-        reinforce_baseline=[None,    None,     None, "batch",     None],
+        reinforce_baseline=[None,    None,     None, "batch",     None],  # ours, chosen on val; the paper's: none
         gamma=             [None,    None,     None, -50.0,       None],
         composed_weight=   [None,    None,     None, 0.1,         None],
         lam=               [None,    None,     None, 1.0,         None],

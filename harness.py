@@ -2,7 +2,8 @@
 
   1. Data folders       the dataset a folder holds (dataset.json), its tokenizer, a task's validity command
   2. Checkpoints        self-contained model files, loaded for a role (predictor, denoiser) and a tokenizer
-  3. Runs               a run folder claimed (never replaced unasked), trained epoch by epoch, resumed bit for bit
+  3. Runs               a run folder claimed (never replaced unasked), trained epoch by epoch, resumed (on the CPU
+                        bit for bit)
   4. Devices            the default device, a GPU's padded shapes, and decoding as one CUDA graph a step
   5. Command line       flags whose defaults are the preset's (or a resumed run's), one-line errors, progress lines
 """
@@ -188,8 +189,8 @@ def check_output_file(path: str, flag: str = "--out"):
 # Staged methods train their first stages in folders of their own inside the run folder (bart, backtranslation).
 STAGES = ("frozen", "reverse", "mixed")
 # What a resumed run may change: how long it goes on, where it runs and how it reports; any other setting would make
-# it another run. A run resumed as it was ends bit for bit as an unbroken one; with another --epochs the rest of a
-# linear decay moves, on another --device the arithmetic differs.
+# it another run. A run resumed as it was ends on the CPU bit for bit as an unbroken one; with another --epochs the
+# rest of a linear decay moves, on another --device the arithmetic differs.
 MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
 
 

@@ -3,6 +3,7 @@ and evaluate.py decodes, denoises and judges their models."""
 import dataclasses
 import glob
 import json
+import math
 import os
 import random
 import shutil
@@ -644,11 +645,19 @@ def test_a_staged_run_resumed_in_a_later_stage_keeps_its_settings(data, denoiser
 
 @pytest.mark.parametrize("command, stage", [(["train_denoiser.py"], ""), (["finetune.py", "--method", "baseline"], ""),
                                             (["finetune.py", "--method", "bart", "--frozen-epochs", "1"], "frozen"),
-                                            (["finetune.py", "--method", "backtranslation"], "reverse")])
+                                            (["finetune.py", "--method", "backtranslation"], "reverse"),
+                                            (["finetune.py", "--method", "composed"], "")])
 def test_a_run_whose_loss_never_improves_says_so_and_claims_no_model(data, denoiser, tmp_path, command, stage):
     """A run that diverges (validation loss nan from its first epoch) ends in one line and exit code 1, and no
-    model.pt, in its folder or a stage's; it does not claim one (bart and backtranslation: in their first stage)."""
+    model.pt, in its folder or a stage's; it does not claim one (bart and backtranslation: in their first stage;
+    composed: its epoch 0, the f it starts from, scored by a Pi whose weights are nan)."""
     command += ["--denoiser", denoiser[0]] * (stage == "frozen")
+    if "composed" in command:
+        pi = torch.load(denoiser[0], weights_only=False)
+        torch.save({**pi, "role": "predictor"}, tmp_path / "f.pt")
+        torch.save({**pi, "model": {k: torch.full_like(v, math.nan) for k, v in pi["model"].items()}},
+                   tmp_path / "pi.pt")
+        command += ["--denoiser", tmp_path / "pi.pt", "--init", tmp_path / "f.pt"]
     result = script(*command, "--preset", "smoke", "--data", data, "--out", tmp_path, "--lr", "1e6", "--lr-schedule",
                     "constant", "--warmup-steps", "0")
     assert result.returncode == 1, result.stderr

@@ -151,6 +151,16 @@ def test_sampling_follows_the_model_distribution():
     assert 0.5 * (empirical - probs).abs().sum() < 0.05  # total variation distance
 
 
+
+def test_a_uniform_of_zero_draws_no_token_of_probability_zero(monkeypatch):
+    """torch.rand may return exactly 0: the inverse-CDF draw then takes the first id of positive probability, never
+    PAD, whose cdf is 0 (the REINFORCE log-probability skips PAD, so it would not be the sample's)."""
+    model = tiny().eval()
+    monkeypatch.setattr(torch, "rand", lambda *size, device=None: torch.zeros(*size, device=device))
+    drawn = model.generate(torch.randint(4, 20, (3, 6)), max_len=5, sample=True)
+    assert not any(set(row) & set(common.NEVER_GENERATED) for row in common.as_lists(drawn))
+
+
 def test_learns_to_reverse_sequences():
     """A falling loss, then greedy decoding that reverses unseen sequences, exactly as the slow reference decodes."""
     torch.manual_seed(0)
