@@ -8,8 +8,8 @@
   6. Validation             the losses by which fit picks the epoch a run keeps
   7. The training loop      batches, the learning rate set by hand, one epoch, fit
 
-Every function here takes modules, tensors and plain values. The run machinery (flags, presets, run folders,
-checkpoints, resume, devices, CUDA graphs) is harness.py's; the C++ judge is judge.py's.
+Every function here takes modules, tensors and plain values. The run machinery (flags, run folders, checkpoints,
+resume, devices, CUDA graphs) is harness.py's, the presets each script's PRESETS, the C++ judge judge.py's.
 """
 import io
 import math
@@ -40,6 +40,14 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 # Decoders never output these, so an output's ids are exactly the tokens chosen (and REINFORCE's log-probabilities of
 # sampled outputs exact).
 NEVER_GENERATED = [PAD_ID, BOS_ID]
+
+
+def never_generated(vocab_size: int, device) -> torch.Tensor:
+    """(V,) True at NEVER_GENERATED's ids, made on the device (an index copied from the host would make a GPU wait)."""
+    ids = torch.arange(vocab_size, device=device)
+    return torch.stack([ids == i for i in NEVER_GENERATED]).any(dim=0)
+
+
 # The statement separator, the block indentation and the pseudocode's indentation word are one piece each ("▁" is
 # sentencepiece's word-initial space), so that a model sees a program's structure directly.
 STRUCTURE_PIECES = ["▁$", "▁~", "▁TAB"]
@@ -270,11 +278,9 @@ def start_decoding(model, memory, memory_mask, max_len: int, sample: bool) -> De
         caches.append({"cross": cross, "self": {name: cross[name].new_zeros(B, max_len, D) for name in "kv"}})
     tokens = torch.full((B, max_len + 1), PAD_ID, dtype=torch.long, device=device)
     tokens[:, 0] = BOS_ID
-    never_generated = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)
-    never_generated[NEVER_GENERATED] = True
     done, position = torch.zeros(B, dtype=torch.bool, device=device), torch.zeros(1, dtype=torch.long, device=device)
     return Decoding(tokens, done, position, torch.arange(B, device=device), caches, memory_mask.clone(),
-                    never_generated, sample)
+                    never_generated(model.config.vocab_size, device), sample)
 
 
 def decode_step(model, s: Decoding, written: int | None = None):
@@ -401,8 +407,8 @@ class UNet(nn.Module):
 # ============================================================================
 # The noises a denoiser learns to undo: SansType's code noise, statement by statement (` $ `-separated) as the authors'
 # generator draws it, and random deletions (Table 5); then any task's piece edits and the molecules' SMILES edits.
-# Each is a function of an output and a random.Random (and its own parameter), so that every epoch draws fresh,
-# reproducible noise; train_denoiser.CORRUPTIONS names them.
+# Each is a function of an output and a random.Random (and its own parameter; the piece edits also of the tokenizer),
+# so that every epoch draws fresh, reproducible noise; train_denoiser.CORRUPTIONS names them.
 CPP_TYPES = ("int", "string", "bool")
 CLEAN_PROBABILITY = 0.1  # every noise here leaves at least a tenth of the outputs as they are: Pi must also copy
 
@@ -657,7 +663,7 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, estimator="reinforce", base
 
 def log_likelihood(logits, targets):
     """log p(targets) (B,): each row's token log-probabilities summed, padding skipped, as the decoders draw them."""
-    logits = logits.float().index_fill(-1, torch.tensor(NEVER_GENERATED, device=logits.device), -math.inf)
+    logits = logits.float().masked_fill(never_generated(logits.shape[-1], logits.device), -math.inf)
     token = F.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
     return token.masked_fill(targets == PAD_ID, 0.0).sum(dim=1)  # (not * mask: -inf * 0 is nan)
 

@@ -14,10 +14,9 @@
 
 Verdicts (a JSON line per program) and a summary go beside the model: eval_<split>[_denoised][_<noise>].jsonl, .json
 (_<noise>: a Pi of another noise, as Table 5's _random; one over another Pi's evaluation is refused). --predictions
-FILE (a program per line, in the split's order) writes FILE.verdicts.jsonl. Verdicts: correct, wrong_output,
+FILE (a program per line, in the split's order) writes FILE[.denoised].verdicts.jsonl. Verdicts: correct, wrong_output,
 compile_error, runtime_error, timeout; molecules' wrong_molecule, invalid; a task's invalid (its --valid-command).
 """
-import argparse
 import collections
 import glob
 import json
@@ -68,7 +67,7 @@ def paper_numbers(s: dict) -> tuple:
 
 
 def pi_noise(record: dict, prefix: str = "") -> dict:
-    """A Pi's corruption, own_noise and paper_table from a checkpoint or evaluation (prefix denoiser_: f's Pi)."""
+    """A Pi's corruption, own_noise and paper_table from its checkpoint, or a predictor's (prefix denoiser_: f's Pi)."""
     return {key: record.get(prefix + key) for key in ("corruption", "own_noise", "paper_table")}
 
 
@@ -156,7 +155,9 @@ def judge_predictions(args):
     """--predictions mode: judge a file of programs against a split."""
     check_splits(args.data, args.split, "--split")
     programs = common.read_lines(args.predictions)
-    harness.check_output_file(args.predictions + ".verdicts.jsonl", "--predictions")  # the verdicts go beside it
+    denoised = bool(args.denoiser) and args.denoiser != "none"
+    verdicts_file = args.predictions + (".denoised" if denoised else "") + ".verdicts.jsonl"
+    harness.check_output_file(verdicts_file, "--predictions")  # the verdicts go beside it
     if args.json:
         harness.check_output_file(args.json, "--json")
     n, judge_split = load_judge(args.data, args.split)
@@ -165,7 +166,6 @@ def judge_predictions(args):
     if len(programs) != n:
         raise common.UsageError(f"line counts differ: {len(programs)} predictions, {n} programs in "
                                 f"{args.data}/{args.split}")
-    denoised = bool(args.denoiser) and args.denoiser != "none"
     if denoised:  # Pi(programs): e.g. how many correct programs Pi leaves correct
         spm = harness.read_data_folder(args.data)["spm"]
         denoiser, denoiser_checkpoint = harness.load_model(args.denoiser, spm, f"{args.data}/spm.model", "denoiser")
@@ -175,7 +175,7 @@ def judge_predictions(args):
     verdicts = judge_split(programs)
     rows = [{"line": i + 1, **({"prediction": p} if denoised else {}), **v}
             for i, (p, v) in enumerate(zip(programs, verdicts))]
-    common.write_lines(args.predictions + (".denoised" if denoised else "") + ".verdicts.jsonl", map(json.dumps, rows))
+    common.write_lines(verdicts_file, map(json.dumps, rows))
     summary = summarize(verdicts)
     if args.json:
         with open(args.json, "w") as f:
@@ -374,7 +374,7 @@ def markdown_table(groups: list[list[dict]], paired: list) -> str:
     for name, by_split in rows.items():
         ours = [spread([percent(r[key]) for r in by_split[split]]) if split in by_split else ""
                 for split in splits for key in ("compiled", "accuracy")]
-        theirs = [" / ".join("-" if x is None else f"{x:.1f}" for x in paper) if paper != (None, None) else ""
+        theirs = [" / ".join(spread([x]) for x in paper) if paper != (None, None) else ""
                   for paper in (paper_numbers(by_split[s][0]) if s in by_split else (None, None) for s in splits)]
         group = next(iter(by_split.values()))
         lines.append(f"| {name} ({counted(len(group), group)}) | " + " | ".join(ours + theirs * with_paper) + " |")
@@ -447,7 +447,7 @@ def main(argv=None):
     add("--predictions", help="judge this file of programs instead of a model's")
     add("--split", help="with --predictions: the split they answer (default: test)")
     add("--json", help="with --predictions: also write {n, compiled, accuracy} here")
-    given = argparse.ArgumentParser(add_help=False)  # --help shows the --data given as its default
+    given = harness.ArgumentParser(prog="evaluate.py", add_help=False)  # --help shows the --data given as its default
     given.add_argument("--data", default="data/sanstype")
     add("--data", default=given.parse_known_args(argv)[0].data, help="the data folder the model was trained on")
     add("--batch-size", type=int, default=64, help="programs decoded at once")

@@ -16,8 +16,8 @@ methods.
 
 baseline and backtranslation start from random weights; standard and bart from the denoiser's (--denoiser); composed
 from --init's, and keeps the denoiser Pi frozen (a copy goes into its checkpoint, so that evaluate.py applies it
-unasked). Every method keeps the epoch of the lowest validation loss (composed: of Pi(f(x)), f decoding greedily), or
-the one --keep-by names.
+unasked). Every method keeps the epoch of the lowest validation loss (composed: of Pi(f(x)), f decoding greedily; on a
+task with a validity command, the epoch whose Pi(f(x)) it passes most often), or the one --keep-by names.
 """
 import os
 import sys
@@ -140,8 +140,8 @@ def parse_args(argv=None):
     for name, value in preset_values(harness.read_data_folder(args.data), args).items():
         if value is None and getattr(args, name) is not None:
             parser.error(f"--{name.replace('_', '-')} does not apply to --method {args.method}")
-    harness.check_ranges(parser, args, at_least_1="reverse_epochs labeled_epochs",
-                         not_negative="labeled synthetic_programs frozen_epochs composed_weight lam unlabeled_inputs")
+    harness.check_ranges(parser, args, at_least_1="frozen_epochs reverse_epochs labeled_epochs",
+                         not_negative="labeled synthetic_programs composed_weight lam unlabeled_inputs")
     if args.method == "bart" and not args.frozen_epochs < args.epochs:
         parser.error(f"bart: --frozen-epochs ({args.frozen_epochs}) must be below --epochs ({args.epochs})")
     if args.keep_by == "valid" and not harness.read_data_folder(args.data).get("valid_command"):
@@ -186,11 +186,10 @@ def finetune(args):
             check_same_denoiser(args, pi)
         device = harness.pick_device(args.device)
         harness.to_device(denoiser, device).eval().requires_grad_(False)
-        if pi.get("error_detector"):  # Pi = (g, nu) leaves what g passes as it is (Appendix E): g reads text
-            g = harness.error_detector(pi)
-            if args.estimator != "reinforce":
-                raise common.UsageError(f"--estimator {args.estimator}: this Pi passes what its error detector g "
-                                        "accepts unchanged, which no gradient goes through; use --estimator reinforce")
+        g = harness.error_detector(pi)  # Pi = (g, nu) leaves what g passes as it is (Appendix E): g reads text
+        if g and args.estimator != "reinforce":
+            raise common.UsageError(f"--estimator {args.estimator}: this Pi passes what its error detector g accepts "
+                                    "unchanged, which no gradient goes through; use --estimator reinforce")
         error_free = g and (lambda y: torch.tensor(g(tokenizer.decode(common.as_lists(y))), device=device))
         composed = dict(denoiser=denoiser, error_free=error_free, estimator=args.estimator,
                         baseline=args.reinforce_baseline, gamma=args.gamma, weight=args.composed_weight, lam=args.lam)

@@ -630,7 +630,7 @@ def main(argv=None):
 
     def subcommand(name, text, example):
         return sub.add_parser(name, help=text, description=f"{text}.\n\n    {example}\n\n(python fonts.py --help: "
-                              "the whole pipeline.)", formatter_class=harness.HelpFormatter)
+                              "the whole pipeline.)")
     p = subcommand("render", "render 0-9A-Za-z of every usable font file",
                    "python fonts.py render [--font-dir DIR]   # -> data/fonts/glyphs.npz")
     p.add_argument("--font-dir", action="append", default=[], help="extra folder of .ttf/.otf/.ttc (repeatable)")

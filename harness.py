@@ -43,11 +43,11 @@ def write_manifest(data_dir: str, dataset: str, **facts):
         json.dump({"dataset": dataset, **facts}, f, indent=1)
 
 
-def claim_data_folder(out: str, overwrite: bool, holds: str = "dataset.json"):
+def claim_data_folder(out: str, overwrite: bool):
     """Refuse, before any work, a data folder that cannot be written or holds data, unless told to --overwrite it."""
     check_writable(out)
-    if os.path.exists(os.path.join(out, holds)) and not overwrite:
-        raise UsageError(f"--out {out}: there is data there already ({holds}); --overwrite replaces it, or name "
+    if os.path.exists(os.path.join(out, "dataset.json")) and not overwrite:
+        raise UsageError(f"--out {out}: there is data there already (dataset.json); --overwrite replaces it, or name "
                          "another folder")
 
 
@@ -56,17 +56,19 @@ def read_data_folder(data_dir: str) -> dict:
     manifest, spm = (os.path.join(data_dir, name) for name in ("dataset.json", "spm.model"))
     if os.path.isfile(data_dir):  # a file of the folder (data/sanstype/train.src) is a likely slip
         raise UsageError(f"--data {data_dir} is a file: name the data folder that holds it "
-                         f"({os.path.dirname(data_dir)})")
+                         f"({os.path.dirname(data_dir) or '.'})")
     try:
         with open(manifest, encoding="utf-8") as f, open(spm, "rb") as g:
             facts = json.load(f)
             facts["spm"] = g.read()
-        assert facts["dataset"] in DATASETS and facts["corruption"] and common.load_tokenizer(facts["spm"] or b"-")
+        if facts["dataset"] not in DATASETS or not facts["corruption"]:
+            raise ValueError
+        common.load_tokenizer(facts["spm"] or b"-")
     except FileNotFoundError as error:
         raise UsageError(f"missing {error.filename}: make the data with {DATA_MAKERS}") from None
     except RuntimeError:  # (sentencepiece's; an empty model parses, and fails at every use)
         raise UsageError(f"{spm} is not a sentencepiece model: make the data again with {DATA_MAKERS}") from None
-    except (ValueError, KeyError, TypeError, AssertionError):
+    except (ValueError, KeyError, TypeError):
         raise UsageError(f"{manifest} is not a manifest of this version's {DATA_MAKERS}: make the data again") \
             from None
     return facts
@@ -98,7 +100,8 @@ def load_checkpoint(path: str, needs=("config", "model", "spm")) -> dict:
         raise UsageError(f"{path} is not a checkpoint ({type(error).__name__})") from None
     if not isinstance(checkpoint, dict) or any(key not in checkpoint for key in needs):
         code, fonts = "the code experiments (train_denoiser.py, finetune.py)", "fonts.py"
-        if isinstance(checkpoint, dict) and ("kind" in checkpoint) != ("kind" in needs):  # the other experiment's
+        if isinstance(checkpoint, dict) and ("kind" in checkpoint or "role" in checkpoint) and \
+                ("kind" in checkpoint) != ("kind" in needs):  # the other experiment's
             of, not_of = (fonts, code) if "kind" in checkpoint else (code, fonts)
             raise UsageError(f"{path} is a {checkpoint.get('kind') or checkpoint.get('role')} checkpoint of {of}, "
                              f"not of {not_of}")
@@ -192,6 +195,7 @@ STAGES = ("frozen", "reverse", "mixed")
 # it another run. A run resumed as it was ends on the CPU bit for bit as an unbroken one; with another --epochs the
 # rest of a linear decay moves, on another --device the arithmetic differs.
 MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
+INVOCATION = ("resume", "overwrite")  # how a run was started, not its settings: never compared, never carried over
 
 
 def claim_output(args):
@@ -203,7 +207,7 @@ def claim_output(args):
                          "--overwrite starts over")
     ran_with = load_checkpoint(ran, needs=("args",))["args"] if ran and args.resume else {}
     differ = {name: f"--{name.replace('_', '-')} {value} (it ran with {ran_with[name]})" for name, value in
-              sorted(vars(args).items()) if name in ran_with and ran_with[name] != value and name != "resume"}
+              sorted(vars(args).items()) if name in ran_with and ran_with[name] != value and name not in INVOCATION}
     refused = [text for name, text in differ.items() if name not in MAY_CHANGE_ON_RESUME]
     if refused:
         raise UsageError(f"--resume: {'; '.join(refused)}: resume with its settings, or --overwrite to start over")
@@ -335,8 +339,9 @@ def pick_device(name: str | None = None) -> torch.device:
     available = ["cpu"] + ["cuda"] * torch.cuda.is_available()
     try:  # (a device torch knows, and this machine has)
         device = torch.device(name or available[-1])
-        assert device.type in available and (device.index or 0) < max(1, torch.cuda.device_count())
-    except (RuntimeError, AssertionError):
+        if device.type not in available or (device.index or 0) >= max(1, torch.cuda.device_count()):
+            raise RuntimeError
+    except RuntimeError:
         raise UsageError(f"--device {name}: this machine has {' and '.join(available)}") from None
     if device.type == "cuda":  # fp32 products in TF32 on the tensor cores; cuDNN's attention plans anew for every shape
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
@@ -447,7 +452,7 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None):
     either = parser.add_mutually_exclusive_group()
     either.add_argument("--resume", action="store_true", help="continue the run in --out after an interrupt")
     either.add_argument("--overwrite", action="store_true", help="start over in an --out that holds a run")
-    first = argparse.ArgumentParser(add_help=False)  # the flags the defaults depend on, first
+    first = ArgumentParser(prog=parser.prog, add_help=False)  # the flags the defaults depend on, first
     for name in ("data", "preset", "method", "out"):
         first.add_argument(f"--{name}", default=parser.get_default(name))
     known = first.parse_known_args(argv)[0]
@@ -461,7 +466,7 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None):
                                                                                      parser.get_default("out"))
     if ran:
         parser.set_defaults(**{name: value for name, value in load_checkpoint(ran, needs=("args",))["args"].items()
-                               if name not in ("resume", "overwrite")})
+                               if name not in INVOCATION})
     args = parser.parse_args(argv)
     try:
         args.dataset, device = read_data_folder(args.data)["dataset"], pick_device(args.device)

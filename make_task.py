@@ -16,7 +16,8 @@ Writes the format every make_*.py writes, one example a line and the same line n
     unlabeled.tgt                outputs without inputs, for the denoiser
     spm.model                    sentencepiece BPE over train's inputs and all training outputs, a digit a piece
     dataset.json                 {"dataset": "task", "valid_command": ..., ...}: the later stages take SansType's
-                                 presets, the generic noise (train_denoiser.py --corruption edits) and this judge
+                                 presets (finetune.py's "task cpu" block waits longer), the generic noise
+                                 (train_denoiser.py --corruption edits) and this judge
 
 --dates: "14 March 2021" (or 3 other ways) to 2021-03-14, ood "the 14th day of March in the year 2021". --python-stdlib:
 this machine's standard library (PSF License), a docstring's first sentence to its function; ood: tkinter, idlelib.

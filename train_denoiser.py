@@ -111,7 +111,8 @@ def parse_args(argv=None):
     harness.check_ranges(parser, args, at_least_1="num_corruptions repair_programs", not_negative="unlabeled "
                          "repair_every", positive="deletion_probability", probability="deletion_probability")
     if args.corruption not in CORRUPTIONS:  # (argparse checks a flag's choices, not a default from dataset.json)
-        parser.error(f"{args.data}/dataset.json names the corruption {args.corruption!r}: not one of {', '.join(CORRUPTIONS)}")
+        parser.error(f"{args.data}/dataset.json names the corruption {args.corruption!r}: not one of "
+                     f"{', '.join(CORRUPTIONS)}")
     if args.error_detector == "compile" and args.dataset != "spoc":
         parser.error("--error-detector compile needs SPoC data (make_spoc.py)")
     if args.error_detector == "valid" and not harness.read_data_folder(args.data).get("valid_command"):
@@ -158,6 +159,7 @@ def train(args):
         raise common.UsageError(f"--corruption {args.corruption} cannot read {len(unreadable)} of the outputs in "
                                 f"{args.data} (e.g. {unreadable[0][:40]!r}): it needs programs whose statements are "
                                 "separated by ' $ '; --corruption edits reads any output")
+    spoc_cases = spoc.read_cases(args.data, "val") if args.dataset == "spoc" and args.repair_every else None
     harness.claim_output(args)
     own = args.corruption == harness.read_data_folder(args.data)["corruption"]  # the data's own noise, or another's
     extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption, "own_noise": own,
@@ -165,7 +167,7 @@ def train(args):
              "error_detector": None if args.error_detector == "none" else args.error_detector}
     if args.error_detector == "valid":  # g runs the task's command in its folder, wherever Pi is used later
         extra["valid_data"] = os.path.abspath(args.data)
-    g = harness.error_detector(extra) if extra["error_detector"] else None
+    g = harness.error_detector(extra)
 
     # The corrupted val set, the same every epoch and run of a seed; its fingerprint says which it is (two Pis'
     # losses compare only where it is the same).
@@ -193,7 +195,7 @@ def train(args):
         report = (f", repairs of {len(clean)} val outputs (noise {extra['val_noise']}): {sum(changed)} changed by the "
                   f"noise, {fixed} of them repaired exactly; {exact:.1f}% of all {len(clean)} exact after repair")
         if args.dataset == "spoc":
-            verdicts = judge.judge_spoc_programs(repaired, spoc.read_cases(args.data, "val")[:len(repaired)])
+            verdicts = judge.judge_spoc_programs(repaired, spoc_cases[:len(repaired)])
             return report + f", {100 * sum(v['verdict'] == 'correct' for v in verdicts) / len(verdicts):.1f}% correct"
         if args.dataset == "molecules":
             valid = [common.canonical_smiles(smiles) is not None for smiles in repaired]

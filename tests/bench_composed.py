@@ -74,8 +74,8 @@ def seconds(work, device) -> float:
 
 
 def composed_epoch(model, denoiser, pairs, val_pairs, args, device):
-    """One epoch of composed fine-tuning as finetune.py runs it (finetune.py's estimator, AdamW, the epoch's
-    batches), then its validation."""
+    """One epoch of composed fine-tuning as finetune.py runs it (composed_loss's defaults, which a test holds equal to
+    finetune.py's settings; AdamW, the epoch's batches), then its validation."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
     val_batches = [tuple(t.to(device) for t in batch) for batch in common.batches(val_pairs, args.batch_size)]
     model.train()

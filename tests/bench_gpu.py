@@ -9,8 +9,8 @@ Its stages, each timed, in a scratch folder (--work; default a new temporary one
   data      make_sanstype.py (--preset smoke: 60 labeled pairs, 200 unlabeled programs, 20 per evaluation split)
   steps     a fresh denoiser of the preset's size trains in this process on epochs of fresh corruptions, made as
             harness.train makes them (harness.epochs_ahead): every step of the second epoch timed, the slowest against
-            the median (the first epoch meets every shape first); steps while fit's worker process makes an epoch,
-            and while a thread does (as fit did before), against the same steps alone
+            the median (the first epoch meets every shape first); steps while harness.train's worker process
+            (epochs_ahead) makes an epoch, and while a thread does, against the same steps alone
   table2    the README's Table 2 block as written (TABLE2_BLOCK, P set to this preset and device), phase by phase:
             the denoiser Pi beside the baselines of seeds 0-2 (Pi's first epoch and a later one, from its last.pt),
             then each seed's standard run, its composed run and control side by side, every evaluation, the table;

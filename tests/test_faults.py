@@ -96,6 +96,10 @@ def fault_table(w):
         ("train_denoiser.py", ["--data", f"{w}/empty", *SMOKE, "--out", out], "not a sentencepiece model"),
         ("train_denoiser.py", ["--data", f"{w}/copy", *SMOKE, "--out", f"{w}/pi", "--resume"], "it ran with"),
         ("train_denoiser.py", [*data, *SMOKE, "--out", f"{w}/pi", "--resu"], "unrecognized arguments: --resu"),
+        ("finetune.py", ["--method", "standard", "--data"], "argument --data: expected one argument"),
+        ("evaluate.py", ["--data"], "argument --data: expected one argument"),
+        ("finetune.py", ["--method", "bart", *data, *SMOKE, "--denoiser", pi, "--frozen-epochs", "0", "--out", out],
+         "--frozen-epochs 0: must be at least 1"),
         ("train_denoiser.py", ["--data", f"{w}/odd", *SMOKE, "--out", out], "names the corruption 'nonsense'"),
         ("finetune.py", ["--method", "composed", *data, *SMOKE, "--init", f, "--denoiser", pi, "--keep-by", "valid",
                          "--out", out],
@@ -166,7 +170,8 @@ def test_every_fault_is_one_line_exit_2_and_writes_nothing(work, capsys):
 
 
 def test_a_second_run_never_replaces_a_finished_one_unasked(work, tmp_path):
-    """The finished model.pt stays byte for byte; --overwrite starts over and removes the stale evaluations."""
+    """The finished model.pt stays byte for byte; --overwrite starts over and removes the stale evaluations, and the
+    run it starts resumes as any other."""
     run = tmp_path / "run"
     flags = ["--method", "baseline", "--data", str(work / "data"), *SMOKE, "--out", str(run), "--epochs", "1"]
     finetune.main(flags)
@@ -177,6 +182,8 @@ def test_a_second_run_never_replaces_a_finished_one_unasked(work, tmp_path):
     assert exit_.value.code == 2 and (run / "model.pt").read_bytes() == finished
     finetune.main([*flags, "--overwrite", "--seed", "1"])
     assert (run / "model.pt").read_bytes() != finished and not list(run.glob("eval_*"))
+    finetune.main([*flags, "--seed", "1", "--epochs", "2", "--resume"])
+    assert harness.load_checkpoint(str(run / "last.pt"))["state"]["epoch"] == 2
 
 
 def test_resume_continues_with_the_runs_own_settings(work, tmp_path, capsys):
@@ -247,7 +254,7 @@ SCRIPTS = {**MAINS, "make_molecules.py": make_molecules.main, "make_task.py": ma
 # the flag's name, or the script's and the flag's.
 ZERO_MEANS = {"warmup_steps": "no warm-up", "warmup_start_lr": "the warm-up starts from 0", "dropout": "none",
               "attention_dropout": "none", "activation_dropout": "none", "unet_dropout": "none", "weight_decay": "none",
-              "frozen_epochs": "bart: no epochs of the encoder alone", "composed_weight": "Eq. 1's direct term alone",
+              "composed_weight": "Eq. 1's direct term alone",
               "lam": "the composed term alone", "l2": "no penalty (the grid's first strength)",
               "duplicate_mse": "only identical fonts are duplicates",
               "fonts.py unlabeled": "Pi learns from the labeled training glyphs alone"}
@@ -260,13 +267,15 @@ class Accepted(Exception):
 
 def parsers_of(script, monkeypatch, capsys):
     """{subcommand or None: the parser}, each as the script builds it: main(["--help"]) with harness.ArgumentParser
-    recording what it builds (fonts.py's subcommands' parsers are of the same class)."""
+    recording what it builds (fonts.py's subcommands' parsers are of the same class; a first pass without --help,
+    which reads the flags the defaults depend on, is not the script's parser)."""
     built = []
 
     class Recording(harness.ArgumentParser):
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
-            built.append(self)
+            if kwargs.get("add_help", True):
+                built.append(self)
 
     with monkeypatch.context() as patch, pytest.raises(SystemExit):
         patch.setattr(harness, "ArgumentParser", Recording)

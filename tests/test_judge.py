@@ -138,6 +138,7 @@ def test_batched_and_alone_compilation_give_the_same_verdicts():
     assert [v["verdict"] for v in batched] == [v["verdict"] for v in alone]
     assert [v.get("error") for v in batched] == [v.get("error") for v in alone]
     assert sum(v["verdict"] == "compile_error" for v in batched) >= 10  # the test has teeth
+    assert judge.sanstype_compiles(corrupted) == [v["verdict"] != "compile_error" for v in batched]  # Pi's report's
 
 
 def sanstype_folder(folder, n):

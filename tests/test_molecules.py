@@ -41,6 +41,7 @@ def test_splits_hold_canonical_smiles_of_distinct_molecules(data):
     assert [len(common.read_lines(str(data / f"{split}.src"))) for split in SPLITS] == [60, 20, 20, 20]
     manifest = harness.read_data_folder(str(data))
     assert manifest["dataset"] == "molecules" and 0.5 < manifest["noise"]["rejected"] < 0.8
+    assert manifest["corruption"] == "smiles"  # the noise Pi learns on molecules
 
 
 def test_train_names_are_pubchems_and_ood_names_rephrase_them(data):

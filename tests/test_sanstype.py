@@ -271,6 +271,7 @@ def test_released_splits_are_taken_byte_for_byte_and_the_rest_generated(released
     assert [len(read_lines(released_data / f"{s}.src")) for s in SPLITS] == [1000, 500, 20, 20]
     manifest = harness.read_data_folder(str(released_data))
     assert manifest["authors_splits"] == ["train", "val"] and manifest["dataset"] == "sanstype"
+    assert manifest["corruption"] == "code"  # the noise Pi learns on SansType
     # the unlabeled programs avoid every released one (2 of the first 2000 generated would be one)
     unlabeled = read_lines(released_data / "unlabeled.tgt")
     released = set(read_lines(os.path.join(DATA, "train.tgt")) + read_lines(os.path.join(DATA, "val.tgt")))

@@ -1,5 +1,6 @@
 """The training scripts on a tiny dataset: they learn, resume after kill -9, refuse bad input,
 and evaluate.py decodes, denoises and judges their models."""
+import argparse
 import dataclasses
 import glob
 import json
@@ -131,6 +132,18 @@ def test_bart_freezes_the_decoder_first(data, denoiser, tmp_path):
                      denoiser[0], "--out", tmp_path / "refused", "--epochs", "2", "--frozen-epochs", "2")
     assert refused.returncode == 2 and "--frozen-epochs (2) must be below --epochs (2)" in refused.stderr
 
+
+
+def test_the_predictors_of_every_preset_have_their_denoisers_sizes():
+    """standard, bart and composed load Pi's weights: for every dataset and preset, finetune.py's sizes are
+    train_denoiser.py's (each script has its own table, a reader's one place; this keeps the two alike)."""
+    for dataset, preset in [(d, p) for d in ("sanstype", "spoc", "molecules", "task") for p in ("paper", "cpu", "smoke")]:
+        data = {"dataset": dataset, "corruption": "code"}
+        for method in ("standard", "bart", "composed"):
+            predictor = finetune.preset_values(data, argparse.Namespace(preset=preset, method=method))
+            denoiser = train_denoiser.preset_values(data, argparse.Namespace(preset=preset))
+            assert all(predictor[size] == denoiser[size] for size in ("d_model", "n_heads", "layers", "d_ff")), \
+                (dataset, preset, method)
 
 def test_linear_schedule_warms_up_then_decays_to_its_last_update():
     """Update k (0 .. steps - 1) runs at the rate of step k: the last at 1 / steps of the peak, not 0."""
@@ -651,13 +664,13 @@ def test_a_run_whose_loss_never_improves_says_so_and_claims_no_model(data, denoi
     """A run that diverges (validation loss nan from its first epoch) ends in one line and exit code 1, and no
     model.pt, in its folder or a stage's; it does not claim one (bart and backtranslation: in their first stage;
     composed: its epoch 0, the f it starts from, scored by a Pi whose weights are nan)."""
-    command += ["--denoiser", denoiser[0]] * (stage == "frozen")
+    command = [*command, *["--denoiser", denoiser[0]] * (stage == "frozen")]  # (a copy: the parameter stays)
     if "composed" in command:
         pi = torch.load(denoiser[0], weights_only=False)
         torch.save({**pi, "role": "predictor"}, tmp_path / "f.pt")
         torch.save({**pi, "model": {k: torch.full_like(v, math.nan) for k, v in pi["model"].items()}},
                    tmp_path / "pi.pt")
-        command += ["--denoiser", tmp_path / "pi.pt", "--init", tmp_path / "f.pt"]
+        command = [*command, "--denoiser", tmp_path / "pi.pt", "--init", tmp_path / "f.pt"]
     result = script(*command, "--preset", "smoke", "--data", data, "--out", tmp_path, "--lr", "1e6", "--lr-schedule",
                     "constant", "--warmup-steps", "0")
     assert result.returncode == 1, result.stderr
