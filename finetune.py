@@ -186,10 +186,11 @@ def finetune(args):
             check_same_denoiser(args, pi)
         device = harness.pick_device(args.device)
         harness.to_device(denoiser, device).eval().requires_grad_(False)
-        g = harness.error_detector(pi)  # Pi = (g, nu) leaves what g passes as it is (Appendix E): g reads text
-        if g and args.estimator != "reinforce":
-            raise common.UsageError(f"--estimator {args.estimator}: this Pi passes what its error detector g accepts "
-                                    "unchanged, which no gradient goes through; use --estimator reinforce")
+        if pi.get("error_detector"):  # Pi = (g, nu) leaves what g passes as it is (Appendix E): g reads text
+            g = harness.error_detector(pi)
+            if args.estimator != "reinforce":
+                raise common.UsageError(f"--estimator {args.estimator}: this Pi passes what its error detector g "
+                                        "accepts unchanged, which no gradient goes through; use --estimator reinforce")
         error_free = g and (lambda y: torch.tensor(g(tokenizer.decode(common.as_lists(y))), device=device))
         composed = dict(denoiser=denoiser, error_free=error_free, estimator=args.estimator,
                         baseline=args.reinforce_baseline, gamma=args.gamma, weight=args.composed_weight, lam=args.lam)

@@ -161,8 +161,8 @@ def chosen_denoiser(checkpoint: dict, flag: str | None, spm: bytes, spm_path: st
 def error_detector(checkpoint: dict):
     """A denoiser's error detector g (train_denoiser.py --error-detector) as a function from outputs to whether g
     passes each, or None: compile, g++ (SPoC's, Appendix E); valid, the validity command of Pi's task folder."""
-    import judge
     if checkpoint.get("error_detector") == "compile":
+        import judge  # (only the runs that judge need the judge)
         return judge.compiles
     if checkpoint.get("error_detector") == "valid":
         return lambda outputs: valid_outputs(checkpoint["valid_data"], outputs)

@@ -167,7 +167,7 @@ def train(args):
              "error_detector": None if args.error_detector == "none" else args.error_detector}
     if args.error_detector == "valid":  # g runs the task's command in its folder, wherever Pi is used later
         extra["valid_data"] = os.path.abspath(args.data)
-    g = harness.error_detector(extra)
+    g = harness.error_detector(extra) if extra["error_detector"] else None
 
     # The corrupted val set, the same every epoch and run of a seed; its fingerprint says which it is (two Pis'
     # losses compare only where it is the same).
