@@ -152,6 +152,17 @@ def test_sampler_never_emits_padding_or_bos():
     assert 0.5 * (drawn - expected).abs().sum() < 0.05
 
 
+def test_f_draws_y_prime_without_dropout_and_is_left_in_the_mode_it_was_in():
+    """y' is drawn as f predicts at test time (eval mode: no dropout); f then trains in the mode it came in."""
+    model, denoiser = tiny_model(0), tiny_model(9).eval()
+    modes, generate = [], model.generate  # f's mode as each y' is drawn
+    model.generate = lambda *args, **kwargs: modes.append(model.training) or generate(*args, **kwargs)
+    for training in (True, False):
+        common.composed_loss(model.train(training), denoiser, *composed_batch(4))
+        assert model.training == training
+    assert modes == [False, False]
+
+
 # The straight-through estimator (common.straight_through_rows): the denoiser reads f's outputs as one-hot rows.
 
 def test_the_denoiser_reads_one_hot_rows_as_it_reads_the_token_ids():

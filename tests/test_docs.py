@@ -1,5 +1,7 @@
 """Every command the README and EXPERIMENTS.md show uses flags its script has (a renamed flag would leave a
-reader's copied command failing), and every link to one of their sections finds its heading."""
+reader's copied command failing), every link to one of their sections finds its heading, and the README's numbers of
+epochs are the presets'."""
+import argparse
 import ast
 import contextlib
 import io
@@ -80,6 +82,29 @@ def test_the_readme_shows_the_table_2_block_the_gpu_bench_runs():
     """tests/bench_gpu.py times the README's Table 2 block for a GPU: the README must show exactly what it runs."""
     import bench_gpu
     assert bench_gpu.TABLE2_BLOCK in open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+
+
+def test_the_readmes_numbers_of_epochs_are_the_presets():
+    """The epochs the README says a run trains, or waits for a better one, are those the presets set (cpu: default)."""
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    sanstype, task = {"dataset": "sanstype", "corruption": "code"}, {"dataset": "task"}
+    pi = train_denoiser.preset_values(sanstype, argparse.Namespace(preset="cpu"))
+
+    def preset(data, name, method):
+        return finetune.preset_values(data, argparse.Namespace(preset=name, method=method))
+    claims = [  # (what the README says, for each number the values of the presets it stands for)
+        (r"Π, (\d+) epochs of undoing", [{pi["epochs"]}]),
+        (r"--method composed .* up to (\d+) epochs", [{preset(sanstype, "cpu", "composed")["epochs"]}]),
+        (r"each run stops (\d+) epochs after its best \(composed (\d+)\)", [
+            {preset(sanstype, "paper", m)["patience"] for m in finetune.METHODS if m != "composed"},
+            {preset(sanstype, "paper", "composed")["patience"]}]),
+        (r"baseline and standard wait (\d+) epochs for a better one", [
+            {preset(task, "cpu", m)["patience"] for m in ("baseline", "standard")}]),
+        (r"(\d+) denoiser steps, predictors up to (\d+) epochs", [
+            {fonts.DENOISER_PRESETS["steps"][1]}, {fonts.TRAIN_PRESETS["epochs"][1]}])]  # (fonts' cpu column)
+    for claim, presets in claims:
+        said = re.search(claim, readme)
+        assert said and [{int(number)} for number in said.groups()] == presets, (claim, presets)
 
 
 def heading_anchors(path: str) -> set[str]:

@@ -3,6 +3,7 @@ and evaluate.py decodes, denoises and judges their models."""
 import argparse
 import dataclasses
 import glob
+import itertools
 import json
 import math
 import os
@@ -508,14 +509,48 @@ def test_the_recipe_is_the_authors_in_every_preset(data):
     assert finetune.parse_args(["--method", "composed", "--lr", "5e-4", "--data", str(data)]).lr == 5e-4
 
 
-def test_the_paper_preset_stops_each_run_patience_epochs_after_its_best(data):
-    """The authors' epochs as the limit; the runs stop 50 epochs after their best (composed 20), Pi trains all 50."""
+def test_the_paper_presets_limits_are_the_authors_epochs_and_a_patience_of_50_composed_20(data):
+    """The authors' epochs as the limit, a patience of 50 epochs (composed 20); Pi's patience lets it train all 50."""
     paper = {method: finetune.parse_args(["--method", method, "--preset", "paper", "--data", str(data)])
              for method in ("baseline", "standard", "composed")}
     assert {method: (args.epochs, args.patience) for method, args in paper.items()} == \
         {"baseline": (500, 50), "standard": (300, 50), "composed": (300, 20)}
     denoiser = train_denoiser.parse_args(["--preset", "paper", "--data", str(data)])
     assert denoiser.patience >= denoiser.epochs == 50
+
+
+def fit_on(monkeypatch, losses, shares=None, patience=99):
+    """common.fit over made-up epochs, nothing trained: epoch e's validation loss is losses[e - 1], its judged share
+    shares[e - 1]; the epochs it ran and the one model.pt holds."""
+    validated, judged, saved = iter(losses), iter(shares or ()), []
+    monkeypatch.setattr(common, "train_one_epoch", lambda *args: 0.0)
+    monkeypatch.setattr(common, "validation_loss", lambda *args: next(validated))
+    state = common.fit(torch.nn.Linear(1, 1), None, itertools.repeat([]), [], None, dict(
+        epoch=0, step=0, best_epoch=0, best_loss=math.inf, best_share=None, history=[]), len(losses), patience,
+        lambda state, improved: saved.append(improved), val_share=shares and (lambda model: next(judged)))
+    ran = [row["epoch"] for row in state["history"]]
+    kept = [epoch for epoch, improved in zip(ran, saved) if improved][-1]
+    assert kept == state["best_epoch"]
+    return ran, kept
+
+
+def test_a_run_stops_patience_epochs_after_its_best(monkeypatch):
+    """A better epoch starts the wait again; `patience` epochs with no better one end the run, unseen what follows."""
+    assert fit_on(monkeypatch, [0.9, 0.5, 0.6, 0.4, 0.7, 0.8, 0.1, 0.1], patience=2) == ([1, 2, 3, 4, 5, 6], 4)
+    assert fit_on(monkeypatch, [0.5, 0.6, 0.7, 0.8, 0.1], patience=3) == ([1, 2, 3, 4], 1)
+
+
+@pytest.mark.parametrize("shares, losses, kept", [
+    (None, [0.9, 0.5, 0.7, 0.5], 2),                      # no share: the lowest loss, first reached
+    ([0.2, 0.5, 0.5], [0.9, 0.8, 0.7], 3),                # a tie, the later epoch's loss lower
+    ([0.2, 0.5, 0.5], [0.9, 0.7, 0.8], 2),                # a tie, the later epoch's loss higher
+    ([0.3, 0.3, 0.3], [0.6, 0.7, 0.5], 3),                # tied throughout: the loss alone
+    ([0.2, 0.5, 0.4, 0.5], [0.1, 0.9, 0.2, 0.8], 4),      # a tie with the best, not with the epoch before
+    ([0.5, 0.6], [0.5, 0.9], 2),                          # a better share with a worse loss
+    ([0.6, 0.5], [0.9, 0.5], 1)])                         # a worse share with a better loss
+def test_the_kept_epoch_has_the_highest_share_its_ties_broken_by_the_lower_loss(monkeypatch, shares, losses, kept):
+    """common.fit keeps (--keep-by) the highest judged share, ties broken by the lower loss; else the lowest loss."""
+    assert fit_on(monkeypatch, losses, shares)[1] == kept
 
 
 @pytest.mark.parametrize("method", ["standard", "bart", "composed"])
@@ -551,6 +586,20 @@ def test_an_epoch_trains_the_same_whatever_the_number_of_epochs(data, tmp_path):
                                  "--out", tmp_path / str(n), "--epochs", n, "--lr-schedule", "constant").stderr)[0]
              for n in (1, 2)]
     assert first[0] == first[1]
+
+
+def test_each_epoch_serves_the_same_pairs_in_an_order_of_its_own(data, tmp_path, monkeypatch):
+    """harness.train draws each epoch's batches from the seed and the epoch: the same pairs, in another order."""
+    args = finetune.parse_args(["--method", "baseline", "--preset", "smoke", "--data", str(data), "--epochs", "3"])
+    tokenizer = common.load_tokenizer(harness.read_data_folder(str(data))["spm"])
+    pairs, served = finetune.load_pairs(str(data), "train", tokenizer), []
+    monkeypatch.setattr(common, "fit", lambda model, optimizer, upcoming, *rest: served.extend(upcoming) or dict(
+        best_loss=1.0))
+    model = common.Transformer(harness.transformer_config(args, tokenizer.get_piece_size()))
+    harness.train(model, args, str(tmp_path), {}, lambda epoch: pairs, pairs[:8])
+    orders = [[row for src, _, _ in epoch for row in src.tolist()] for epoch in served]
+    assert len(orders) == 3 and all(a != b for a, b in itertools.combinations(orders, 2))
+    assert all(sorted(order) == sorted(orders[0]) for order in orders) and len(orders[0]) == len(pairs)
 
 
 def run_killed_and_resumed(command: list, out, kill_after: list[float]):
@@ -751,6 +800,23 @@ def test_the_worker_process_makes_each_epoch_as_this_process_would(data):
             for a, b in zip(batch_theirs, batch_ours):
                 assert a.dtype == b.dtype == torch.long and a.shape == b.shape and torch.equal(a, b)
     assert not torch.equal(here[0][0][0], here[1][0][0])  # fresh corruptions and order each epoch
+
+
+def test_batches_hold_one_length_each_in_an_order_and_company_the_rng_draws():
+    """With an rng, each batch holds pairs of one length, but which pairs of a length share a batch and the order the
+    batches come in are the rng's: not shortest first, and others with another seed."""
+    pairs = [([10 + i], [5] * (1 + i // 16)) for i in range(64)]  # outputs of 4 lengths, 16 of each; inputs all apart
+
+    def served(seed):
+        """(output lengths, inputs) of each batch, in the order they come."""
+        return [((tgt_out != common.PAD_ID).sum(1).tolist(), sorted(src[:, 0].tolist()))
+                for src, _, tgt_out in common.batches(pairs, 8, random.Random(seed))]
+    first, second = served(0), served(1)
+    for batches in (first, second):
+        assert sorted(i for _, inputs in batches for i in inputs) == [10 + i for i in range(64)]
+        assert all(len(set(lengths)) == 1 for lengths, _ in batches)
+    assert [lengths for lengths, _ in first] != sorted(lengths for lengths, _ in first)
+    assert sorted(inputs for _, inputs in first) != sorted(inputs for _, inputs in second)
 
 
 def test_padding_to_a_multiple_of_8_changes_no_loss(data):
