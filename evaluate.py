@@ -8,14 +8,14 @@
     python evaluate.py --predictions preds.txt --data data/sanstype --split test [--json summary.json]
     python evaluate.py --predictions data/spoc/testw.tgt --data data/spoc --split testw   # SPoC (make_spoc.py)
     python evaluate.py --predictions data/spoc/testw.tgt --data data/spoc --split testw \\
-        --denoiser runs/spoc/denoiser/model.pt    # Pi(gold): how many correct programs Pi keeps correct
+        --denoiser runs/spoc/denoiser/model.pt    # Pi(gold): how many correct outputs Pi keeps correct
     python evaluate.py runs/standard/model.pt --data data/spoc --splits testw,testp      # a model trained on it
     python evaluate.py runs/molecules/standard/model.pt --data data/molecules   # SMILES judged by RDKit
 
-Verdicts (a JSON line per program) and a summary go beside the model: eval_<split>[_denoised][_<noise>].jsonl, .json
+Verdicts (a JSON line per output) and a summary go beside the model: eval_<split>[_denoised][_<noise>].jsonl, .json
 (_<noise>: a Pi of another noise, as Table 5's _random; one over another Pi's evaluation is refused). --predictions
-FILE (a program per line, in the split's order) writes FILE[.denoised].verdicts.jsonl. Verdicts: correct, wrong_output,
-compile_error, runtime_error, timeout; molecules' wrong_molecule, invalid; a task's invalid (its --valid-command).
+FILE (an output a line, in the split's order) writes FILE[.denoised].verdicts.jsonl. Verdicts: correct, wrong_output;
+SansType's and SPoC's compile_error, runtime_error, timeout; molecules' wrong_molecule, invalid; a task's invalid.
 """
 import collections
 import glob
@@ -439,18 +439,18 @@ def main(argv=None):
     add = parser.add_argument
     add("model", nargs="?", help="a predictor checkpoint (runs/<name>/model.pt)")
     add("--denoiser", help="apply this denoiser to the predictions: Pi(f(x)) (composed models apply their own unless "
-        "given another, or none); with --predictions, to the file's programs")
-    add("--splits", help="default: test,ood (SansType), testw,testp (SPoC)")
+        "given another, or none); with --predictions, to the file's outputs")
+    add("--splits", help="comma-separated (default: test, and ood where the data has it; SPoC: testw,testp)")
     add("--table", nargs="+", metavar="RUN_DIR", help="print the results found in these folders, in Markdown, the "
         "paper's beside them (+ Pi: with a test-time denoiser; f alone: a composed run's f without its Pi; test*: the "
-        "authors' own programs, make_sanstype.py --released)")
-    add("--predictions", help="judge this file of programs instead of a model's")
+        "authors' own test split, make_sanstype.py --released)")
+    add("--predictions", help="judge this file of outputs instead of a model's")
     add("--split", help="with --predictions: the split they answer (default: test)")
-    add("--json", help="with --predictions: also write {n, compiled, accuracy} here")
+    add("--json", help="with --predictions: also write the summary here")
     given = harness.ArgumentParser(prog="evaluate.py", add_help=False)  # --help shows the --data given as its default
     given.add_argument("--data", default="data/sanstype")
     add("--data", default=given.parse_known_args(argv)[0].data, help="the data folder the model was trained on")
-    add("--batch-size", type=int, default=64, help="programs decoded at once")
+    add("--batch-size", type=int, default=64, help="inputs decoded at once")
     add("--device", help="cuda or cpu (default: cuda when there is one)")
     args = parser.parse_args(argv)
     harness.check_ranges(parser, args, at_least_1="batch_size")

@@ -1,5 +1,4 @@
-"""Train a predictor of outputs from inputs on the labeled pairs (SansType: code from pseudocode), by one of the paper's
-methods.
+"""Train a predictor of outputs from inputs on the labeled pairs, by one of the paper's methods.
 
     python finetune.py --method baseline         # from scratch                          -> runs/baseline/model.pt
     python finetune.py --method standard         # init from the denoiser, train all     -> runs/standard/model.pt
@@ -7,7 +6,7 @@ methods.
     python finetune.py --method composed         # Pi(f(x)): f from runs/standard, Pi frozen -> runs/composed/model.pt
     python finetune.py --method composed --estimator straight-through --composed-weight 1 --out runs/composed_st
     python finetune.py --method composed --unlabeled-inputs 1000 --out runs/composed_unlabeled  # + inputs, no gold
-    python finetune.py --method backtranslation  # + synthetic pseudocode for unlabeled code -> runs/backtranslation/
+    python finetune.py --method backtranslation  # + synthetic inputs for unlabeled outputs -> runs/backtranslation/
     python finetune.py --method composed --init runs/bart/model.pt --out runs/composed_bart
     python finetune.py --method standard --layers 4 --denoiser runs/denoiser_deep/model.pt --out runs/standard_deep
     python finetune.py --method baseline --resume   # continue after an interrupt

@@ -130,15 +130,16 @@ def load_model(path: str, spm: bytes, spm_path: str, role: str, config: common.T
               "encoder_layers", "decoder_layers", "d_ff") if theirs[key] != getattr(config, key)]
     if differ:
         raise UsageError(f"{path} has {', '.join(differ)}: give this run its sizes (--layers, --d-model, ...)")
-    model = common.Transformer(config)
-    model.load_state_dict(checkpoint["model"])
-    return model, checkpoint
+    return model_from_checkpoint(checkpoint, config, path), checkpoint
 
 
-def model_from_checkpoint(checkpoint: dict) -> common.Transformer:
-    """The model a checkpoint holds, as it was trained."""
-    model = common.Transformer(common.TransformerConfig(**checkpoint["config"]))
-    model.load_state_dict(checkpoint["model"])
+def model_from_checkpoint(checkpoint: dict, config=None, path="the checkpoint") -> common.Transformer:
+    """The model a checkpoint holds, as it was trained (or with config's dropouts)."""
+    model = common.Transformer(config or common.TransformerConfig(**checkpoint["config"]))
+    try:
+        model.load_state_dict(checkpoint["model"])
+    except RuntimeError:  # its weights are named or shaped as this code's Transformer's are not
+        raise UsageError(f"{path} was made by an older version of this code: retrain it") from None
     return model
 
 
@@ -436,7 +437,7 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None):
     add = parser.add_argument  # (--help shows the values a run would use)
     add("--data", default="data/sanstype", help=f"a folder {DATA_MAKERS} wrote")
     add("--out", default=out, help="the run's folder")
-    add("--preset", choices=("cpu", "paper", "smoke"), default="cpu", help="cpu: for 2 cores; paper: for a GPU")
+    preset = add("--preset", choices=("cpu", "paper", "smoke"), default="cpu", help="cpu: for 2 cores; paper: a GPU")
     for flag, kind, text in (  # (each script's PRESETS table says why each is what it is)
             ("--epochs", int, "at most"), ("--patience", int, "epochs after the best"), ("--batch-size", int, "pairs"),
             ("--lr", float, "AdamW's peak rate"), ("--warmup-steps", int, "updates"), ("--warmup-start-lr", float,
@@ -453,14 +454,15 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None):
     either.add_argument("--resume", action="store_true", help="continue the run in --out after an interrupt")
     either.add_argument("--overwrite", action="store_true", help="start over in an --out that holds a run")
     first = ArgumentParser(prog=parser.prog, add_help=False)  # the flags the defaults depend on, first
-    for name in ("data", "preset", "method", "out"):
-        first.add_argument(f"--{name}", default=parser.get_default(name))
+    for name in ("data", "preset", "method", "out"):  # (--preset's choices checked first: its block is looked up)
+        first.add_argument(f"--{name}", default=parser.get_default(name),
+                           choices=preset.choices if name == "preset" else None)
     known = first.parse_known_args(argv)[0]
     try:
         data = read_data_folder(known.data)
-    except UsageError:  # no data yet: --help shows a SansType folder's values (a run is refused below)
-        data = {"dataset": "sanstype", "corruption": "code"}
-        parser.epilog = f"{parser.epilog or ''} Values for a SansType folder ({known.data} holds no data yet)."
+    except UsageError:  # no data yet: --help shows the preset's values for no kind of data (a run is refused below)
+        data = {"dataset": None, "corruption": None}
+        parser.epilog = f"{parser.epilog or ''} ({known.data} holds no data yet: a data folder may change these.)"
     parser.set_defaults(data=known.data, **defaults_of(data, known))
     ran = "--resume" in (sys.argv if argv is None else argv) and checkpoint_ran_with(known.out or
                                                                                      parser.get_default("out"))
@@ -470,11 +472,13 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None):
     args = parser.parse_args(argv)
     try:
         args.dataset, device = read_data_folder(args.data)["dataset"], pick_device(args.device)
-        common.label_smoothing_at(1, args.label_smoothing)
+        stages = [(float(value), int(epochs or 0)) for value, _, epochs in  # (VALUE, EPOCHS)
+                  (stage.partition(":") for stage in args.label_smoothing.split(","))]
     except UsageError as error:
         parser.error(str(error))
     except ValueError:
         parser.error(f"--label-smoothing {args.label_smoothing!r}: a number, or VALUE:EPOCHS,...,VALUE")
+    check_ranges(parser, argparse.Namespace(label_smoothing=[value for value, _ in stages]), fraction="label_smoothing")
     check_ranges(parser, args, at_least_1="epochs batch_size patience d_model n_heads layers d_ff", positive="lr",
                  not_negative="warmup_steps warmup_start_lr weight_decay clip_norm",
                  fraction="dropout attention_dropout activation_dropout")

@@ -24,12 +24,13 @@ this machine's standard library (PSF License), a docstring's first sentence to i
 """
 import ast
 import datetime
+import glob
 import os
 import random
 import re
-import shutil
 import sys
 import sysconfig
+import tempfile
 
 import common
 import harness
@@ -71,6 +72,7 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
           "December")
 HELD_OUT_PACKAGES = ("tkinter", "idlelib")  # the worked example's ood: packages the other splits never see
 SKIPPED_FOLDERS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
+DATA_FILES = (".src", ".tgt", ".inp", ".out", ".ids", ".cases.jsonl", "spm.model", "dataset.json")  # every make_*.py's
 
 
 def parse_args(argv):
@@ -121,6 +123,8 @@ def read_pairs(src: str, tgt: str) -> list[tuple[str, str]]:
 def make_task(args):
     harness.claim_data_folder(args.out, args.overwrite)
     splits, unlabeled = read_splits(args)
+    if args.valid_command:  # tried on one output first: a command that cannot run is refused before any work
+        gold_validity(args.valid_command, [splits["train"][0][1]], None, args.out)
     judge_source = PYTHON_JUDGE if args.python_stdlib else DATES_JUDGE if args.dates else None  # (its valid.py)
     valid_command = "python3 valid.py" if judge_source else args.valid_command
     print(", ".join(f"{split} {len(examples)}" for split, examples in splits.items()) +
@@ -145,6 +149,9 @@ def make_task(args):
         facts["gold_valid"] = gold_validity(valid_command, gold, judge_source, args.out)
         print(f"the validity command passes {100 * facts['gold_valid']:.1f}% of the {len(gold)} gold outputs")
     os.makedirs(args.out, exist_ok=True)
+    remove_old_data(args)
+    if judge_source:
+        common.write_lines(os.path.join(args.out, "valid.py"), judge_source.splitlines())
     for split, examples in splits.items():
         common.write_lines(os.path.join(args.out, f"{split}.src"), [x for x, _ in examples])
         common.write_lines(os.path.join(args.out, f"{split}.tgt"), [y for _, y in examples])
@@ -157,26 +164,25 @@ def make_task(args):
 
 
 def gold_validity(command: str, gold: list[str], judge_source: str | None, out: str) -> float:
-    """The share of the gold outputs the command passes, run in --out; a failing one leaves --out as it was."""
-    made = os.path.abspath(out)  # the first folder of --out's path that this makes (None: --out is there)
-    while not os.path.isdir(os.path.dirname(made)):
-        made = os.path.dirname(made)
-    made, path = None if os.path.isdir(made) else made, os.path.join(out, "valid.py")
-    os.makedirs(out, exist_ok=True)
-    old_judge = open(path, "rb").read() if judge_source and os.path.isfile(path) else None  # (--overwrite)
-    if judge_source:
-        common.write_lines(path, judge_source.splitlines())
-    try:
-        return round(sum(judge.check_validity(command, gold, out)) / len(gold), 4)
-    except ValueError as error:
-        if made:
-            shutil.rmtree(made)
-        elif old_judge is not None:
-            with open(path, "wb") as f:
-                f.write(old_judge)
-        elif judge_source:
+    """The share of the gold outputs the command passes, run in --out or, for ours or before --out exists, elsewhere."""
+    with tempfile.TemporaryDirectory() as empty:  # (so that a failing command leaves --out as it was)
+        folder = out if os.path.isdir(out) and not judge_source else empty
+        if judge_source:
+            common.write_lines(os.path.join(folder, "valid.py"), judge_source.splitlines())
+        try:
+            return round(sum(judge.check_validity(command, gold, folder)) / len(gold), 4)
+        except ValueError as error:
+            raise common.UsageError(str(error)) from None
+
+
+def remove_old_data(args):
+    """--overwrite: the data files in --out go (an old ood split would be judged), but not this run's inputs."""
+    inputs = {os.path.realpath(path) for path in (*(args.pairs or ()), *(args.ood or ()), args.unlabeled) if path}
+    for path in glob.glob(os.path.join(glob.escape(args.out), "*")) if args.overwrite else ():
+        ours = path.endswith("/valid.py") and "valid.py" not in (args.valid_command or "") and \
+            open(path).read() in (PYTHON_JUDGE, DATES_JUDGE)  # a worked example's judge, unless the command runs it
+        if (path.endswith(DATA_FILES) or ours) and os.path.realpath(path) not in inputs:
             os.remove(path)
-        raise common.UsageError(str(error)) from None
 
 
 def read_splits(args) -> tuple[dict, list]:

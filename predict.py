@@ -4,13 +4,13 @@
     python predict.py runs/composed/model.pt --input inputs.txt              # Pi(f(x)): a composed model's own Pi
     python predict.py runs/composed/model.pt --denoiser none < inputs.txt    # its base predictor f alone
     python predict.py runs/standard/model.pt --denoiser runs/denoiser/model.pt < inputs.txt   # a test-time Pi
-    echo 'read var_0 from stdin ; print var_0' | python predict.py runs/standard/model.pt
+    echo 'an input of your own' | python predict.py runs/standard/model.pt
 
 The checkpoint holds its tokenizer; decoding is greedy, as evaluate.py's. From Python, anywhere:
 
     import sys; sys.path.insert(0, "/path/to/composed-finetuning")   # this folder
     import predict
-    print(predict.predictions("runs/composed/model.pt", ["read var_0 from stdin ; print var_0"]))
+    print(predict.predictions("runs/composed/model.pt", ["an input of your own"]))
 """
 import os
 import sys

@@ -31,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPOC = os.path.join(ROOT, "tests", "fixtures", "spoc")
 MAINS = {"make_sanstype.py": make_sanstype.main, "make_spoc.py": make_spoc.main, "train_denoiser.py":
          train_denoiser.main, "finetune.py": finetune.main, "evaluate.py": evaluate.main, "fonts.py": fonts.main,
-         "staircase.py": staircase.main}
+         "staircase.py": staircase.main, "make_task.py": make_task.main, "predict.py": predict.main}
 SMOKE = ("--preset", "smoke")
 
 
@@ -41,14 +41,18 @@ def work(tmp_path_factory):
 
 
 def make_work(w):
-    """A tiny data folder and a copy of it, a denoiser and a standard predictor trained on it, a junk file, data
-    folders with a truncated and an empty tokenizer, and a finished fonts checkpoint: what the faults below point
-    at."""
+    """A tiny data folder and a copy of it, a denoiser and a standard predictor trained on it, both also as an older
+    version of this code saved them (its parameters named otherwise), a junk file, data folders with a truncated
+    and an empty tokenizer, and a finished fonts checkpoint: what the faults below point at."""
     make_sanstype.main(["--out", str(w / "data"), "--labeled", "40", "--unlabeled", "60", "--num-eval", "8",
                         "--vocab-size", "150", "--seed", "3"])
     train_denoiser.main(["--data", str(w / "data"), *SMOKE, "--out", str(w / "pi"), "--repair-every", "0"])
     finetune.main(["--method", "standard", "--data", str(w / "data"), *SMOKE, "--denoiser", str(w / "pi/model.pt"),
                    "--out", str(w / "standard"), "--epochs", "1"])
+    for run, old in (("pi", "old_pi.pt"), ("standard", "old_f.pt")):
+        checkpoint = torch.load(w / run / "model.pt", weights_only=False)
+        checkpoint["model"] = {f"transformer.{name}": weight for name, weight in checkpoint["model"].items()}
+        torch.save(checkpoint, w / old)
     (w / "junk.pt").write_text("hello")
     for folder, tokenizer in (("copy", None), ("broken", slice(0, 100)), ("empty", slice(0, 0)), ("odd", None)):
         (w / folder).mkdir()
@@ -147,6 +151,23 @@ def fault_table(w):
         ("fonts.py", ["evaluate", "--plot", f"{under_a_file}.png"], "cannot write there"),
         ("staircase.py", ["--plot", f"{under_a_file}.png"], "cannot write there"),
         ("staircase.py", ["--n", "1"], "need --n >= 2"),
+        ("finetune.py", ["--method", "baseline", *data, "--preset", "gpu", "--out", out], "invalid choice: 'gpu'"),
+        ("train_denoiser.py", [*data, "--preset", "gpu", "--out", out], "invalid choice: 'gpu'"),
+        ("train_denoiser.py", [*data, *SMOKE, "--label-smoothing", "1.5", "--out", out],
+         "--label-smoothing 1.5: must be within [0, 1)"),
+        ("finetune.py", ["--method", "baseline", *data, *SMOKE, "--label-smoothing=-0.5", "--out", out],
+         "--label-smoothing -0.5: must be within [0, 1)"),
+        ("finetune.py", ["--method", "baseline", *data, *SMOKE, "--label-smoothing", "0.2:1,0.1:1,1", "--out", out],
+         "--label-smoothing 1: must be within [0, 1)"),
+        ("finetune.py", ["--method", "baseline", *data, *SMOKE, "--label-smoothing", "0.2:1,0.1:x,0", "--out", out],
+         "a number, or VALUE:EPOCHS,...,VALUE"),
+        ("evaluate.py", [f"{w}/old_f.pt", *data], f"{w}/old_f.pt was made by an older version of this code: retrain"),
+        ("predict.py", [f"{w}/old_f.pt", "--input", f"{w}/data/test.src"], "made by an older version of this code"),
+        ("finetune.py", ["--method", "standard", *data, *SMOKE, "--denoiser", f"{w}/old_pi.pt", "--out", out],
+         f"{w}/old_pi.pt was made by an older version of this code"),
+        ("finetune.py", ["--method", "composed", *data, *SMOKE, "--init", f"{w}/old_f.pt", "--denoiser", pi, "--out",
+                         out], f"{w}/old_f.pt was made by an older version of this code"),
+        ("evaluate.py", [f, *data, "--denoiser", f"{w}/old_pi.pt"], "old_pi.pt was made by an older version"),
     ]
 
 
@@ -203,15 +224,15 @@ def test_resume_continues_with_the_runs_own_settings(work, tmp_path, capsys):
     assert harness.load_checkpoint(str(run / "last.pt"))["args"]["patience"] == 400
 
 
-def test_help_before_any_data_shows_the_values_a_sanstype_run_would_use(tmp_path, capsys):
-    """A reader may ask --help before making data: it shows a SansType folder's values (here the paper preset's
-    composed learning rate and Eq. 1's gamma) and says so; a run without data is still refused."""
+def test_help_before_any_data_shows_the_presets_values_and_says_so(tmp_path, capsys):
+    """A reader may ask --help before making data: it shows the preset's values (here the paper preset's composed
+    learning rate and Eq. 1's gamma) and says a data folder may change them; a run without data is still refused."""
     flags = ["--method", "composed", "--preset", "paper", "--data", str(tmp_path / "none")]
     with pytest.raises(SystemExit):
         finetune.main([*flags, "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "--lr LR AdamW's peak rate (default: 0.0002)" in help_text and "floor (default: -50.0)" in help_text
-    assert f"Values for a SansType folder ({tmp_path / 'none'} holds no data yet)" in help_text
+    assert f"({tmp_path / 'none'} holds no data yet: a data folder may change these.)" in help_text
     with pytest.raises(SystemExit) as exit_:
         finetune.main(flags)
     assert exit_.value.code == 2
@@ -248,8 +269,7 @@ def test_ctrl_c_exits_130_and_says_how_to_resume(work, tmp_path):
 
 # === Every number flag's bad value, generated from the parsers ===
 
-SCRIPTS = {**MAINS, "make_molecules.py": make_molecules.main, "make_task.py": make_task.main,
-           "predict.py": predict.main}
+SCRIPTS = {**MAINS, "make_molecules.py": make_molecules.main}
 # Where zero means something though the flag's help does not say "0: ..." (a help that does allows zero itself): by
 # the flag's name, or the script's and the flag's.
 ZERO_MEANS = {"warmup_steps": "no warm-up", "warmup_start_lr": "the warm-up starts from 0", "dropout": "none",

@@ -351,6 +351,41 @@ def test_the_gold_validity_describes_the_outputs_as_written(tmp_path, capsys):
     assert f"the validity command passes {100 * share:.1f}% of the 20 gold outputs" in capsys.readouterr().out
 
 
+def test_a_validity_command_that_cannot_run_is_refused_before_any_work(task, tmp_path, monkeypatch, capsys):
+    """A command that does not exist, or fails on a gold output, is one line and exit 2 before the tokenizer trains,
+    with nothing written."""
+    monkeypatch.setattr(common, "train_tokenizer", lambda *args, **kwargs: pytest.fail("the tokenizer trained"))
+    for command in ("no-such-judge", "python3 no_such_judge.py", "exit 3"):
+        with pytest.raises(SystemExit) as exit_:
+            make_task.main(["--pairs", str(task / "in.txt"), str(task / "out.txt"), "--val", "10", "--test", "10",
+                            "--valid-command", command, "--out", str(tmp_path / "data")])
+        err = capsys.readouterr().err.strip()
+        assert exit_.value.code == 2 and len(err.splitlines()) == 1 and command in err, err
+    assert os.listdir(tmp_path) == []
+
+
+def test_overwrite_replaces_the_data_and_keeps_the_users_own_files(task, tmp_path, capsys):
+    """make_task.py --overwrite without --ood leaves no ood split of the data it replaces (evaluate.py would judge
+    it), nor another make_*.py's files (unlabeled.src: finetune.py's inputs with no gold) or a worked example's judge;
+    the user's judge (check.py) and inputs kept in the folder stay."""
+    out = tmp_path / "data"
+    out.mkdir()
+    (out / "check.py").write_text("import subprocess, sys\n"
+                                  f"sys.exit(subprocess.run({BALANCED!r}, shell=True).returncode)\n")
+    pairs = [str(task / "in.txt"), str(task / "out.txt")]
+    make_task.main(["--pairs", *pairs, "--ood", *pairs, "--val", "10", "--test", "10", "--vocab-size", "40",
+                    "--out", str(out)])
+    (out / "unlabeled.src").write_text("an input with no gold, of the data replaced\n")
+    (out / "valid.py").write_text(make_task.DATES_JUDGE)
+    for name in ("mine.src", "mine.tgt"):
+        (out / name).write_bytes((task / ("in.txt" if name.endswith("src") else "out.txt")).read_bytes())
+    make_task.main(["--pairs", str(out / "mine.src"), str(out / "mine.tgt"), "--val", "10", "--test", "10",
+                    "--vocab-size", "40", "--valid-command", "python3 check.py", "--out", str(out), "--overwrite"])
+    assert sorted(os.listdir(out)) == ["check.py", "dataset.json", "mine.src", "mine.tgt", "spm.model", "test.src",
+                                       "test.tgt", "train.src", "train.tgt", "unlabeled.tgt", "val.src", "val.tgt"]
+    assert evaluate.default_splits(str(out)) == "test"
+
+
 def test_the_validity_command_runs_in_the_data_folder(task, tmp_path, capsys):
     """A judge the user put in --out beforehand (the docstring's `python3 check.py`) is found there, as the later
     stages find it; a command that fails leaves that folder as it was."""
@@ -470,16 +505,23 @@ def test_a_tasks_evaluation_says_how_near_its_outputs_are():
                                                                                                         summary)
 
 
-@pytest.mark.parametrize("main", [train_denoiser.main, finetune.main, evaluate.main])
-def test_help_speaks_of_the_data_it_is_given(task, capsys, main):
-    """--help --data DIR: the script's first line speaks of inputs and outputs, not of SansType's pseudocode and
-    compiling, and --data's default is the folder given."""
+@pytest.mark.parametrize("data", ["a task's", "none yet", "not given"])
+@pytest.mark.parametrize("main", [train_denoiser.main, finetune.main, evaluate.main, predict.main])
+def test_help_speaks_of_the_data_it_is_given(task, tmp_path, monkeypatch, capsys, main, data):
+    """--help with a task's folder, one with no data yet, or no --data (its default, not made): the script's first
+    line speaks of inputs and outputs, not of SansType's pseudocode and compiling, nor do its examples, its flags (but
+    those of SansType's or SPoC's) or what it says of data not yet made; --data's default is the folder given."""
+    monkeypatch.chdir(tmp_path)  # (where data/sanstype is not)
+    folder = {"a task's": task / "data", "none yet": tmp_path / "none", "not given": None}[data]
+    given = ["--data", str(folder)] if folder and main is not predict.main else []
     with pytest.raises(SystemExit):
-        main(["--data", str(task / "data"), "--help"])
+        main([*given, "--help"])
     shown = capsys.readouterr().out
     first = shown.split("\n\n")[1].split("(")[0]  # the description's first words, before SansType's in brackets
-    assert "output" in first and not re.search("pseudocode|program|compil", first), first
-    assert f"(default: {task / 'data'})" in " ".join(shown.split())
+    assert "output" in first.lower() and not re.search("pseudocode|program|compil", first), first
+    assert not re.search(r"pseudocode|var_0|SansType folder|\(SansType\)", shown)
+    assert main is not evaluate.main or not re.search("program|compil", shown.split("options:")[1])
+    assert not given or f"(default:{folder})" in "".join(shown.split())  # (argparse breaks a long path)
 
 
 def test_help_on_a_task_folder_shows_every_default_in_the_tasks_words(task, capsys):
