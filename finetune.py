@@ -28,6 +28,7 @@ import harness
 
 METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
 PI, F = "runs/denoiser/model.pt", "runs/standard/model.pt"
+STAGES = ("frozen", "reverse", "synthetic.*", "mixed")  # made before the last stage: bart's, then backtranslation's
 # Every value a predictor trains with: a block per preset (SPoC's and a task's own where their data takes them), a row
 # per setting, and where the methods differ a value per method, in METHODS' order; None: a method has no such setting
 # (its flag is refused). A flag given wins. paper: the authors' fairseq commands, composed's their released command (a
@@ -135,7 +136,7 @@ def parse_args(argv=None):
     composed.add_argument("--unlabeled-inputs", type=int, metavar="N", help="the first term also over N inputs with "
                           "no gold an epoch (DATA/unlabeled.src; 0: none)")
     parser.epilog = "Defaults: the preset's for the data given (without --method: standard's); a flag given wins."
-    args = harness.parse_training_args(parser, argv, preset_values)
+    args = harness.parse_training_args(parser, argv, preset_values, stages=STAGES)
     for name, value in preset_values(harness.read_data_folder(args.data), args).items():
         if value is None and getattr(args, name) is not None:
             parser.error(f"--{name.replace('_', '-')} does not apply to --method {args.method}")
@@ -200,7 +201,7 @@ def finetune(args):
     if args.method in ("standard", "bart", "composed"):  # Pi's noise and settings, for evaluate.py's tables
         extra.update({f"denoiser_{key}": pi.get(key) for key in ("corruption", "own_noise", "paper_table", "args")})
     inputs_alone = unlabeled_inputs(args, tokenizer) if args.unlabeled_inputs else lambda epoch: []
-    harness.claim_output(args)  # every input checked: now the run may begin
+    harness.claim_output(args, STAGES)  # every input checked: now the run may begin
     print(f"{args.method}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, {len(train_pairs)} "
           f"labeled pairs, {args.dataset} preset {args.preset}\nsettings: {harness.settings_line(args)}",
           file=sys.stderr)
@@ -227,7 +228,7 @@ def finetune(args):
 def check_same_denoiser(args, checkpoint):
     """--resume of composed goes on against the Pi its checkpoints hold a copy of: refuse another written at
     --denoiser's path since (the settings a resume checks name Pi's path, not its weights)."""
-    ran = harness.checkpoint_ran_with(args.out)
+    ran = harness.checkpoint_ran_with(args.out, STAGES)
     held = harness.load_checkpoint(ran, needs=("denoiser",))["denoiser"]["model"] if ran else None
     given = checkpoint["model"]
     if held is not None and (held.keys() != given.keys() or not all(torch.equal(held[k], given[k]) for k in given)):
@@ -286,8 +287,7 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
                                   harness.Progress(len(outputs), "decoding").step)
         common.write_lines(synthetic_src, inputs)
         common.write_lines(synthetic_tgt, outputs)  # written last: its presence marks the stage done
-    synthetic = list(zip(tokenizer.encode(common.read_lines(synthetic_src)),
-                         tokenizer.encode(common.read_lines(synthetic_tgt))))
+    synthetic = list(zip(*(tokenizer.encode(common.read_lines(path)) for path in (synthetic_src, synthetic_tgt))))
 
     print(f"backtranslation 3/3: on {len(train_pairs)} labeled + {len(synthetic)} synthetic pairs, then on the "
           "labeled pairs alone", file=sys.stderr)

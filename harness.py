@@ -47,8 +47,8 @@ def claim_data_folder(out: str, overwrite: bool):
     """Refuse, before any work, a data folder that cannot be written or holds data, unless told to --overwrite it."""
     check_writable(out)
     if os.path.exists(os.path.join(out, "dataset.json")) and not overwrite:
-        raise UsageError(f"--out {out}: there is data there already (dataset.json); --overwrite replaces it, or name "
-                         "another folder")
+        raise UsageError(f"--out {out}: there is data there already (dataset.json); --overwrite writes over its files "
+                         "(one the new data lacks stays), or name another folder")
 
 
 def read_data_folder(data_dir: str) -> dict:
@@ -190,41 +190,52 @@ def check_output_file(path: str, flag: str = "--out"):
     check_writable(path, flag, folder=os.path.dirname(path) or ".")
 
 
-# Staged methods train their first stages in folders of their own inside the run folder (bart, backtranslation).
-STAGES = ("frozen", "reverse", "mixed")
-# What a resumed run may change: how long it goes on, where it runs and how it reports; any other setting would make
-# it another run. A run resumed as it was ends on the CPU bit for bit as an unbroken one; with another --epochs the
-# rest of a linear decay moves, on another --device the arithmetic differs.
-MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out", "repair_every", "repair_programs")
+# What a resume may change (and its script's may_change): how long it goes on (a staged run: its last stage and those
+# not begun) and where it runs; any other setting would make it another run. Resumed as it was, a run ends on the CPU
+# bit for bit as an unbroken one; another --epochs moves the rest of a linear decay, another --device the arithmetic.
+MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out")
 INVOCATION = ("resume", "overwrite")  # how a run was started, not its settings: never compared, never carried over
 
 
-def claim_output(args):
-    """Refuse an --out that cannot be written or holds a run, but to --resume it with its settings or --overwrite it."""
+def claim_output(args, stages=(), may_change=()):
+    """Refuse an --out that cannot be written or holds a run, but to --resume it with its settings or --overwrite it
+    (which removes its checkpoints, evaluations and stages: what a staged method makes before its last, in order)."""
     check_writable(args.out)
-    ran = checkpoint_ran_with(args.out)
+    ran = checkpoint_ran_with(args.out, stages)
     if ran and not (args.resume or args.overwrite):
         raise UsageError(f"{args.out} holds a run ({os.path.relpath(ran, args.out)}): --resume continues it, "
                          "--overwrite starts over")
-    ran_with = load_checkpoint(ran, needs=("args",))["args"] if ran and args.resume else {}
+    ran_with = settings_ran_with(ran, getattr(args, "method", None)) if args.resume else {}
     differ = {name: f"--{name.replace('_', '-')} {value} (it ran with {ran_with[name]})" for name, value in
-              sorted(vars(args).items()) if name in ran_with and ran_with[name] != value and name not in INVOCATION}
-    refused = [text for name, text in differ.items() if name not in MAY_CHANGE_ON_RESUME]
+              sorted(vars(args).items()) if name in ran_with and ran_with[name] != value}
+    refused = [text for name, text in differ.items() if name not in MAY_CHANGE_ON_RESUME + may_change]
     if refused:
         raise UsageError(f"--resume: {'; '.join(refused)}: resume with its settings, or --overwrite to start over")
     if differ:
         print(f"--resume: changed {'; '.join(differ.values())}", file=sys.stderr)
-    for name in ("model.pt", "last.pt", "synthetic.*", "eval_*.json", "eval_*.jsonl", *STAGES):
+    for name in ("model.pt", "last.pt", "eval_*.json", "eval_*.jsonl", *stages):
         for path in glob.glob(os.path.join(glob.escape(args.out), name)) if args.overwrite else ():
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     os.makedirs(args.out, exist_ok=True)
 
 
-def checkpoint_ran_with(run_folder: str) -> str | None:
-    """The newest checkpoint in a run's folder or a stage's: it holds the settings the run (or its resume) ran with."""
-    held = [path for stage in ("", *STAGES) for name in ("model.pt", "last.pt")
+def checkpoint_ran_with(run_folder: str, stages=()) -> str | None:
+    """Where a run's latest settings are: its latest stage's last.pt, else model.pt (not the newest: a copy lies)."""
+    held = [path for stage in (*stages, "") for name in ("model.pt", "last.pt")
             if os.path.isfile(path := os.path.join(run_folder, stage, name))]
-    return max(held, key=os.path.getmtime, default=None)
+    return held[-1] if held else None
+
+
+def settings_ran_with(ran: str | None, method: str | None) -> dict:
+    """The settings in checkpoint `ran` that --resume goes on with ({}: none), refusing a run of another script or
+    method (a denoiser's has none): its weights and settings would train as this one's."""
+    if not ran:
+        return {}
+    checkpoint = load_checkpoint(ran, needs=("args",))
+    if checkpoint["args"].get("method") != method:
+        raise UsageError(f"--resume: {ran} holds a {checkpoint.get('method', checkpoint.get('role'))} run: resume it "
+                         "with the script and --method that started it, or name another --out")
+    return {name: value for name, value in checkpoint["args"].items() if name not in INVOCATION}
 
 
 class TrainingFailed(Exception):
@@ -234,9 +245,8 @@ class TrainingFailed(Exception):
 def train(model, args, out_dir: str, extra: dict, pairs_of, val_pairs, epochs: int | None = None, made_ahead=False,
           composed: dict | None = None, val_share=None, report=None) -> dict:
     """Train `model` into out_dir with the run's settings (common.fit), or with --resume the rest of its run."""
-    # pairs_of(epoch): the epoch's pairs (made_ahead: in a worker process); epochs: a stage's own; extra: more for the
-    # checkpoints.
-    device, epochs = pick_device(args.device), args.epochs if epochs is None else epochs
+    # pairs_of(epoch): the epoch's pairs (made_ahead: by a worker); epochs: a stage's own; extra: more for checkpoints.
+    device, epochs, patience = pick_device(args.device), args.epochs if epochs is None else epochs, args.patience
     to_device(model, device)
     # A GPU pads lengths to a multiple of 8 (a few shapes, not one a batch), and validates on as many outputs a batch
     # as 2^16 tokens hold (SansType's val in one decoding).
@@ -250,6 +260,8 @@ def train(model, args, out_dir: str, extra: dict, pairs_of, val_pairs, epochs: i
     last = load_checkpoint(last_path, ("optimizer", "state")) if args.resume and os.path.exists(last_path) else None
     state = last["state"] if last else dict(epoch=0, step=0, best_epoch=0, best_loss=math.inf, best_share=None,
                                             history=[])
+    if out_dir != args.out:  # a stage before the run's last (in a folder of its own) goes on only as long as it began
+        epochs, patience = state.setdefault("length", (epochs, patience))  # to: the next stage began from its end
 
     batches_of = lambda epoch: common.batches(pairs_of(epoch), args.batch_size, random.Random(  # noqa: E731
         f"{args.seed}-batch order-{epoch}"), multiple)  # each epoch's own order, whatever --epochs
@@ -266,24 +278,23 @@ def train(model, args, out_dir: str, extra: dict, pairs_of, val_pairs, epochs: i
             save_checkpoint(best_path, {**checkpoint, "best_val_loss": state["best_loss"],
                                         "epoch": state["best_epoch"]})
         save_checkpoint(last_path, {**checkpoint, "optimizer": optimizer.state_dict(), "state": state, "rng": {
-            "torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state()} if cuda else {})}})
+            "torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state(device)} if cuda else {})}})
     if last:  # the weights, AdamW's moments and the generators (dropout, samples) where the run stopped
         model.load_state_dict(last["model"])
         optimizer.load_state_dict(last["optimizer"])
         torch.set_rng_state(last["rng"]["torch"])
         if cuda and "cuda" in last["rng"]:
-            torch.cuda.set_rng_state(last["rng"]["cuda"])
+            torch.cuda.set_rng_state(last["rng"]["cuda"], device)  # (the run's GPU's, not the current one's)
         print(f"resumed from {last_path} after epoch {state['epoch']}", file=sys.stderr)
     elif args.resume:
-        print(f"--resume: there is no {last_path} yet, so this run starts at epoch 1", file=sys.stderr)
+        print(f"--resume: there is no {last_path} yet, so this run starts from its beginning", file=sys.stderr)
     state = common.fit(model, optimizer, itertools.chain([first], upcoming), val_batches, lr_at, state, epochs,
-                       args.patience, save_epoch, composed, val_share, report, args.label_smoothing, args.clip_norm,
+                       patience, save_epoch, composed, val_share, report, args.label_smoothing, args.clip_norm,
                        args.precision == "bf16")
     if state["best_loss"] == math.inf:
         raise TrainingFailed(f"no epoch had a finite validation loss (the last: {state['history'][-1]['val_loss']}), "
                              f"so {out_dir} holds no model.pt: a lower --lr may help")
     return state
-
 
 
 def epochs_ahead(make_epoch, epochs: range, pin: bool = False):
@@ -432,7 +443,7 @@ def capture_cuda_graph(step):
 # 5. Command line
 # ============================================================================
 
-def parse_training_args(parser, argv, defaults_of, out: str | None = None):
+def parse_training_args(parser, argv, defaults_of, out: str | None = None, stages=()):
     """A training run's settings: each flag's default its preset's (defaults_of), or a resumed run's; a flag wins."""
     add = parser.add_argument  # (--help shows the values a run would use)
     add("--data", default="data/sanstype", help=f"a folder {DATA_MAKERS} wrote")
@@ -464,11 +475,12 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None):
         data = {"dataset": None, "corruption": None}
         parser.epilog = f"{parser.epilog or ''} ({known.data} holds no data yet: a data folder may change these.)"
     parser.set_defaults(data=known.data, **defaults_of(data, known))
-    ran = "--resume" in (sys.argv if argv is None else argv) and checkpoint_ran_with(known.out or
-                                                                                     parser.get_default("out"))
-    if ran:
-        parser.set_defaults(**{name: value for name, value in load_checkpoint(ran, needs=("args",))["args"].items()
-                               if name not in INVOCATION})
+    if "--resume" in (sys.argv if argv is None else argv):  # the run's settings (a run of this script and --method)
+        try:
+            ran = checkpoint_ran_with(known.out or parser.get_default("out"), stages)
+            parser.set_defaults(**settings_ran_with(ran, known.method))
+        except UsageError as error:
+            parser.error(str(error))
     args = parser.parse_args(argv)
     try:
         args.dataset, device = read_data_folder(args.data)["dataset"], pick_device(args.device)

@@ -160,7 +160,7 @@ def train(args):
                                 f"{args.data} (e.g. {unreadable[0][:40]!r}): it needs programs whose statements are "
                                 "separated by ' $ '; --corruption edits reads any output")
     spoc_cases = spoc.read_cases(args.data, "val") if args.dataset == "spoc" and args.repair_every else None
-    harness.claim_output(args)
+    harness.claim_output(args, may_change=("repair_every", "repair_programs"))  # (how it reports)
     own = args.corruption == harness.read_data_folder(args.data)["corruption"]  # the data's own noise, or another's
     extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption, "own_noise": own,
              "paper_table": noise.paper_tables.get(args.dataset),

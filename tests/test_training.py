@@ -662,7 +662,7 @@ def test_resume_without_a_last_checkpoint_says_so(data, tmp_path):
     result = script("finetune.py", "--method", "baseline", "--preset", "smoke", "--data", data, "--out", tmp_path,
                     "--epochs", "1", "--resume")
     assert result.returncode == 0, result.stderr
-    assert f"there is no {tmp_path / 'last.pt'} yet, so this run starts at epoch 1" in result.stderr
+    assert f"there is no {tmp_path / 'last.pt'} yet, so this run starts from its beginning" in result.stderr
 
 
 def test_a_run_killed_before_its_first_last_checkpoint_resumes_with_its_settings(data, tmp_path):
@@ -675,7 +675,7 @@ def test_a_run_killed_before_its_first_last_checkpoint_resumes_with_its_settings
     flags = ["--method", "baseline", "--preset", "smoke", "--data", str(data), "--out", str(tmp_path), "--resume"]
     assert finetune.parse_args(flags).lr == 5e-4  # (the preset's is 1e-3)
     with pytest.raises(common.UsageError, match=r"--lr 0.002 \(it ran with 0.0005\)"):
-        harness.claim_output(finetune.parse_args([*flags, "--lr", "2e-3"]))
+        harness.claim_output(finetune.parse_args([*flags, "--lr", "2e-3"]), finetune.STAGES)
 
 
 @pytest.mark.parametrize("method", ["bart", "backtranslation"])
@@ -731,7 +731,8 @@ def test_a_run_whose_loss_never_improves_says_so_and_claims_no_model(data, denoi
 
 def test_a_resume_goes_on_with_what_the_last_resume_changed(data, denoiser, tmp_path):
     """Composed keeps its epoch 0 here, so model.pt holds the settings of the first run and last.pt those of the
-    resume that changed --epochs (a change a resume may make): the next --resume goes on with the latter."""
+    resume that changed --epochs (a change a resume may make): the next --resume goes on with the latter, even where
+    a copy made model.pt the newer file."""
     f = tmp_path / "f.pt"
     torch.save({**torch.load(denoiser[0], weights_only=False), "role": "predictor"}, f)  # Pi's weights as f
     flags = ["--method", "composed", "--preset", "smoke", "--data", data, "--denoiser", denoiser[0], "--init", f,
@@ -740,6 +741,7 @@ def test_a_resume_goes_on_with_what_the_last_resume_changed(data, denoiser, tmp_
         assert script("finetune.py", *flags, *more).returncode == 0
     kept, last = (harness.load_checkpoint(str(tmp_path / "run" / name)) for name in ("model.pt", "last.pt"))
     assert (kept["epoch"], kept["args"]["epochs"], last["args"]["epochs"]) == (0, 1, 2)
+    os.utime(tmp_path / "run" / "model.pt", (time.time() + 60,) * 2)
     again = script("finetune.py", *flags, "--resume")
     assert again.returncode == 0, again.stderr
     assert "epochs=2," in again.stderr.split("settings: ")[1].splitlines()[0]
@@ -759,6 +761,69 @@ def test_composed_resumes_only_against_the_pi_it_trained_against(data, denoiser,
     torch.save(retrained, pi)
     with pytest.raises(common.UsageError, match="is not the Pi this run trained against"):
         finetune.finetune(finetune.parse_args([*flags, "--epochs", "2", "--resume"]))
+
+
+@pytest.mark.parametrize("ran, command", [("denoiser", ["finetune.py", "--method", "baseline"]),
+                                          ("standard", ["train_denoiser.py"])])
+def test_resume_refuses_a_run_of_another_script_or_method(data, denoiser, tmp_path, ran, command):
+    """A copy of a denoiser's run resumed as a baseline, or of a standard run as a denoiser, is refused in one line
+    before any work: its weights and settings would train as the other's, into its own model.pt."""
+    if ran == "standard":
+        made = script("finetune.py", "--method", "standard", "--preset", "smoke", "--data", data, "--denoiser",
+                      denoiser[0], "--out", tmp_path / "standard", "--epochs", "1")
+        assert made.returncode == 0, made.stderr
+    shutil.copytree(denoiser[0].parent if ran == "denoiser" else tmp_path / "standard", tmp_path / "copy")
+    files = {path: path.read_bytes() for path in (tmp_path / "copy").iterdir()}
+    result = script(*command, "--preset", "smoke", "--data", data, "--out", tmp_path / "copy", "--epochs", "5",
+                    "--resume")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert f"{tmp_path / 'copy' / 'last.pt'} holds a {ran} run" in result.stderr
+    assert {path: path.read_bytes() for path in (tmp_path / "copy").iterdir()} == files
+
+
+def test_a_staged_run_resumed_for_longer_leaves_its_finished_stages_as_they_were(data, tmp_path):
+    """backtranslation's --epochs is its mixed/ stage's: resumed with more, the stages it had finished (reverse/,
+    synthetic.*, mixed/) stay what the next stage started from, and are not trained again."""
+    flags = ["--method", "backtranslation", "--preset", "smoke", "--data", data, "--out", tmp_path, "--reverse-epochs",
+             "1", "--labeled-epochs", "1", "--synthetic-programs", "8", "--patience", "9"]
+    ran = script("finetune.py", *flags, "--epochs", "1")
+    assert ran.returncode == 0, ran.stderr
+    files = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    resumed = script("finetune.py", *flags, "--epochs", "3", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from {tmp_path / 'mixed' / 'last.pt'} after epoch 1" in resumed.stderr
+    assert not epoch_losses(resumed.stderr)  # no epoch trained again
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == files
+
+
+def test_a_staged_run_resumes_with_its_last_stages_settings_whatever_the_files_times(data, denoiser, tmp_path):
+    """bart resumed with a larger --epochs goes on in its last stage alone (frozen/ stays as it was); a copy that made
+    frozen/'s checkpoints and model.pt newer than last.pt does not bring back the settings they hold."""
+    flags = ["--method", "bart", "--preset", "smoke", "--data", str(data), "--denoiser", str(denoiser[0]), "--out",
+             str(tmp_path), "--frozen-epochs", "1", "--patience", "9"]
+    assert script("finetune.py", *flags, "--epochs", "2").returncode == 0
+    frozen = {path: path.read_bytes() for path in (tmp_path / "frozen").iterdir()}
+    resumed = script("finetune.py", *flags, "--epochs", "3", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert {path: path.read_bytes() for path in (tmp_path / "frozen").iterdir()} == frozen
+    last = harness.load_checkpoint(str(tmp_path / "last.pt"))
+    assert (last["state"]["epoch"], last["args"]["epochs"]) == (2, 3)  # its last stage: --epochs 3 less frozen/'s 1
+    for later, path in enumerate(["model.pt", "frozen/model.pt", "frozen/last.pt"], start=1):  # frozen/last.pt newest
+        os.utime(tmp_path / path, (time.time() + 60 * later,) * 2)
+    assert finetune.parse_args([*flags, "--resume"]).epochs == 3
+
+
+def test_overwrite_removes_the_old_runs_stages(data, tmp_path):
+    """A backtranslation run started over with --overwrite, which fails in its first stage, leaves none of the old
+    run's stages (mixed/, synthetic.*) for a --resume to take as its own."""
+    flags = ["--method", "backtranslation", "--preset", "smoke", "--data", data, "--out", tmp_path, "--reverse-epochs",
+             "1", "--labeled-epochs", "1", "--synthetic-programs", "8"]
+    assert script("finetune.py", *flags).returncode == 0
+    assert {"reverse", "synthetic.src", "synthetic.tgt", "mixed", "model.pt"} <= set(os.listdir(tmp_path))
+    diverged = script("finetune.py", *flags, "--overwrite", "--lr", "1e6", "--lr-schedule", "constant",
+                      "--warmup-steps", "0")
+    assert diverged.returncode == 1, diverged.stderr
+    assert os.listdir(tmp_path) == ["reverse"] and os.listdir(tmp_path / "reverse") == ["last.pt"]
 
 
 def denoiser_pairs(data, *flags):
