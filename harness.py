@@ -243,6 +243,11 @@ def train(model, args, out_dir: str, extra: dict, pairs_of, val_pairs, epochs: i
     if cuda:
         multiple, val_size = 8, max(args.batch_size, 2 ** 16 // (max(len(x) + len(y) for x, y in val_pairs) + 2))
     val_batches = [tuple(t.to(device) for t in b) for b in common.batches(val_pairs, val_size, None, multiple)]
+
+    def validate(model):  # the criteria that keep an epoch: the val loss (composed: of Pi(f(x))), a judged share
+        loss = common.validation_loss(model, val_batches) if composed is None else common.composed_validation_loss(
+            model, composed["denoiser"], val_batches, composed["error_free"], composed["gamma"])
+        return loss, val_share(model) if val_share else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=args.adam_betas,
                                   weight_decay=args.weight_decay, fused=cuda)  # fused: one kernel
     last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
@@ -275,8 +280,8 @@ def train(model, args, out_dir: str, extra: dict, pairs_of, val_pairs, epochs: i
         print(f"resumed from {last_path} after epoch {state['epoch']}", file=sys.stderr)
     elif args.resume:
         print(f"--resume: there is no {last_path} yet, so this run starts at epoch 1", file=sys.stderr)
-    state = common.fit(model, optimizer, itertools.chain([first], upcoming), val_batches, lr_at, state, epochs,
-                       args.patience, save_epoch, composed, val_share, report, args.label_smoothing, args.clip_norm,
+    state = common.fit(model, optimizer, itertools.chain([first], upcoming), lr_at, state, epochs, args.patience,
+                       validate, save_epoch, composed, report, args.label_smoothing, args.clip_norm,
                        args.precision == "bf16")
     if state["best_loss"] == math.inf:
         raise TrainingFailed(f"no epoch had a finite validation loss (the last: {state['history'][-1]['val_loss']}), "
@@ -431,6 +436,11 @@ def capture_cuda_graph(step):
 # 5. Command line
 # ============================================================================
 
+class RunArgs(argparse.Namespace):
+    """A run's settings; in a slot, out of vars(args) (which checkpoints keep), `manifest`: its --data folder, read."""
+    __slots__ = ("manifest",)
+
+
 def parse_training_args(parser, argv, defaults_of, out: str | None = None):
     """A training run's settings: each flag's default its preset's (defaults_of), or a resumed run's; a flag wins."""
     add = parser.add_argument  # (--help shows the values a run would use)
@@ -457,9 +467,9 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None):
         first.add_argument(f"--{name}", default=parser.get_default(name))
     known = first.parse_known_args(argv)[0]
     try:
-        data = read_data_folder(known.data)
+        data, read = read_data_folder(known.data), known.data
     except UsageError:  # no data yet: --help shows a SansType folder's values (a run is refused below)
-        data = {"dataset": "sanstype", "corruption": "code"}
+        data, read = {"dataset": "sanstype", "corruption": "code"}, None
         parser.epilog = f"{parser.epilog or ''} Values for a SansType folder ({known.data} holds no data yet)."
     parser.set_defaults(data=known.data, **defaults_of(data, known))
     ran = "--resume" in (sys.argv if argv is None else argv) and checkpoint_ran_with(known.out or
@@ -467,9 +477,10 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None):
     if ran:
         parser.set_defaults(**{name: value for name, value in load_checkpoint(ran, needs=("args",))["args"].items()
                                if name not in INVOCATION})
-    args = parser.parse_args(argv)
-    try:
-        args.dataset, device = read_data_folder(args.data)["dataset"], pick_device(args.device)
+    args = parser.parse_args(argv, RunArgs())
+    try:  # the folder read above, unless a resumed run's --data is another one (or there was none)
+        args.manifest = data if args.data == read else read_data_folder(args.data)
+        args.dataset, device = args.manifest["dataset"], pick_device(args.device)
         common.label_smoothing_at(1, args.label_smoothing)
     except UsageError as error:
         parser.error(str(error))
