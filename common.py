@@ -842,8 +842,8 @@ def train_one_epoch(model, epoch_batches, optimizer, lr_at, state: dict, compose
 def fit(model, optimizer, upcoming, lr_at, state: dict, epochs: int, patience: int, validate, save_epoch,
         composed: dict | None = None, report=None, label_smoothing="0", clip_norm=0.0, bf16=False):
     """Train on each epoch's batches (upcoming), validate, keep the best, stop `patience` epochs after it."""
-    # state: epoch, step, best_epoch, best_loss, best_share, history (a resumed run's: where it stopped); validate
-    # (model): the epoch's val loss and judged share (or None); save_epoch(state, improved) saves the run (both
+    # state: epoch, step, best_epoch, best_loss, best_share, history (a resumed run's: where it stopped);
+    # validate(model): the epoch's val loss and judged share (or None); save_epoch(state, improved) saves the run (both
     # harness.py's); composed: composed_loss's keywords, its Pi and settings; report(model, epoch): a line's note.
     device = next(model.parameters()).device.type
     first = 0 if composed and not state["history"] else state["epoch"] + 1  # composed: epoch 0, the f it starts from
