@@ -540,14 +540,13 @@ def test_the_paper_presets_limits_are_the_authors_epochs_and_a_patience_of_50_co
 
 
 def fit_on(monkeypatch, losses, shares=None, patience=99):
-    """common.fit over made-up epochs, nothing trained: epoch e's validation loss is losses[e - 1], its judged share
+    """common.fit over made-up epochs, nothing trained: validate gives epoch e loss losses[e - 1] and judged share
     shares[e - 1]; the epochs it ran and the one model.pt holds."""
-    validated, judged, saved = iter(losses), iter(shares or ()), []
+    validated, judged, saved = iter(losses), iter(shares or [None] * len(losses)), []
     monkeypatch.setattr(common, "train_one_epoch", lambda *args: 0.0)
-    monkeypatch.setattr(common, "validation_loss", lambda *args: next(validated))
-    state = common.fit(torch.nn.Linear(1, 1), None, itertools.repeat([]), [], None, dict(
+    state = common.fit(torch.nn.Linear(1, 1), None, itertools.repeat([]), None, dict(
         epoch=0, step=0, best_epoch=0, best_loss=math.inf, best_share=None, history=[]), len(losses), patience,
-        lambda state, improved: saved.append(improved), val_share=shares and (lambda model: next(judged)))
+        lambda model: (next(validated), next(judged)), lambda state, improved: saved.append(improved))
     ran = [row["epoch"] for row in state["history"]]
     kept = [epoch for epoch, improved in zip(ran, saved) if improved][-1]
     assert kept == state["best_epoch"]
