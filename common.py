@@ -1,4 +1,4 @@
-"""The method of Composed Fine-Tuning (Xie, Liang, Ma, ICML 2021), to read top to bottom and copy with torch alone.
+"""Composed Fine-Tuning (Xie, Liang, Ma, ICML 2021), to read top to bottom and copy with torch and sentencepiece.
 
   1. Tokenizer and data     one sentencepiece vocabulary for inputs and outputs; text files of one example a line
   2. Transformer            the encoder-decoder: encode, decode (teacher forcing), generate with a key/value cache
@@ -37,8 +37,8 @@ class UsageError(Exception):
 
 # Inputs and outputs share one vocabulary. Id 0 is padding; the rest are sentencepiece's usual specials.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-# Decoders never output these, so an output's ids are exactly the tokens chosen (and REINFORCE's log-probabilities of
-# sampled outputs exact).
+# Decoders never output these (an output's PAD comes only after its EOS), and log_likelihood masks them as they do;
+# still, composed_loss scores y' with f's dropout on, and draws it with dropout off (see there).
 NEVER_GENERATED = [PAD_ID, BOS_ID]
 
 
@@ -310,7 +310,7 @@ def decode_step(model, s: Decoding, written: int | None = None):
 
 
 def output_length_limit(model, src, tgt_out=None) -> int:
-    """Where decoding gives up (code is about 1.2x its pseudocode), and composed_loss's samples 16 past the gold."""
+    """Where decoding gives up (code is about 1.2x its pseudocode); given tgt_out, at most 16 past its padded width."""
     longest = min(2 * src.shape[1] + 10, model.config.max_positions)
     return longest if tgt_out is None else min(longest, tgt_out.shape[1] + 16)
 
@@ -624,41 +624,43 @@ def canonical_smiles(smiles: str) -> str | None:
 # tokens (fairseq's scale). Pi is frozen (eval mode). baseline b: the mean reward of the batch's other inputs ("batch")
 # or 0 ("none", the paper's). error_free: Pi's error detector g (SPoC, Appendix E), which passes a y' as it is. A batch
 # of inputs with no gold output (targets of one PAD each: finetune.py --unlabeled-inputs) has the first term alone,
-# rewarded by log p_beta(y' | y'): Pi's likelihood of leaving y' as it is.
+# rewarded by log p_beta(y' | y'): Pi's likelihood of leaving y' as it is. Pi reads y' as the ids f chose; evaluate.py
+# and predict.py hand Pi f's decoded text, encoded again (common.denoise), and a text's encoding need not be those ids.
+# Shapes: B inputs; widths S of the sources, T of the gold (none: L + 1), L of the samples; V the vocabulary; grad: f's.
 
 def composed_loss(f, denoiser, src, tgt_in, tgt_out, estimator="reinforce", baseline="batch", gamma=-50.0,
                   weight=0.1, lam=1.0, label_smoothing=0.0, error_free=None, max_len=None):
     """A loss whose gradient estimates minus Eq. 1's for a batch."""
     no_gold = tgt_out.shape[1] == 1 and bool((tgt_out == PAD_ID).all())
     max_len = max_len or output_length_limit(f, src, None if no_gold else tgt_out)
-    # y' is drawn as f predicts at test time, without dropout; its log-probability below is scored with dropout on, as
-    # the direct term's is: REINFORCE's sample and its score differ by f's dropout
+    # y' is drawn as f predicts, without dropout, and scored below with it (f in train mode), as the direct term is
     training = f.training
-    f.eval()
-    y_prime = f.generate(src, max_len, sample=True)                                     # y' ~ p_theta(.|x)
+    y_prime = f.eval().generate(src, max_len, sample=True)              # (B, L) y' ~ p_theta(.|x); f eval, no grad
     f.train(training)
-    noisy = with_eos(y_prime)                                                           # y' as Pi reads it
-    target_in, target_out = (shift_right(noisy), noisy) if no_gold else (tgt_in, tgt_out)   # Pi's target: y (or y')
-    memory, memory_mask = f.encode(src)  # one pass with gradient for both terms
-    f_logits = f.decode(shift_right(noisy), memory, memory_mask).float()              # f teacher-forced on y'
+    y_prime_eos = with_eos(y_prime)                                     # (B, L+1) y', then EOS: as Pi reads it
+    y_in, y_out = (shift_right(y_prime_eos), y_prime_eos) if no_gold else (tgt_in, tgt_out)  # (B, T) y (no gold: y')
+    memory, memory_mask = f.encode(src)                                 # (B, S, D) f train, grad; both terms read it
+    f_logits = f.decode(shift_right(y_prime_eos), memory, memory_mask).float()  # (B, L+1, V) f on y'; grad
     if estimator == "reinforce":
-        log_p_sample = log_likelihood(f_logits, F.pad(y_prime.tokens, (0, 1), value=PAD_ID))  # log p_theta(y'|x)
-        with torch.no_grad():  # the frozen Pi scores y': a reward, no gradient
-            reward = log_likelihood(denoiser.decode(target_in, *denoiser.encode(noisy)), target_out)  # log p_beta(y|y')
+        sampled = F.pad(y_prime.tokens, (0, 1), value=PAD_ID)           # (B, L+1) y' as drawn (a cut row has no EOS)
+        log_p_sample = log_likelihood(f_logits, sampled)                # (B,) log p_theta(y'|x); grad
+        with torch.no_grad():  # the frozen Pi (eval mode) scores y': a reward, no grad
+            reward = log_likelihood(denoiser(y_prime_eos, y_in), y_out)  # (B,) log p_beta(y|y')
             if error_free is not None:  # Pi = (g, nu): what g passes is Pi's output, right (0) or wrong (gamma)
-                right = same_sequences(noisy, target_out)
+                right = same_sequences(y_prime_eos, y_out)              # (B,) y' is y
                 reward = torch.where(error_free(y_prime), torch.where(right, 0.0, gamma), reward)
             reward = reward.clamp(min=gamma)
-        # b may not depend on the sample it is subtracted from (the estimate stays unbiased): the other inputs' mean
+        # b (B,), no grad: the other inputs' mean (b may not depend on the sample it is subtracted from: unbiased)
         b = (reward.sum() - reward) / (len(reward) - 1) if baseline == "batch" and len(reward) > 1 else 0.0
-        first_term = -((reward - b) * log_p_sample).sum()                              # REINFORCE
+        first_term = -((reward - b) * log_p_sample).sum()               # () REINFORCE's surrogate; grad
     else:  # straight-through: the gradient reaches f through Pi's input
-        rows = straight_through_rows(f_logits, noisy)
-        first_term = -log_likelihood(denoiser.decode(target_in, *denoiser.encode(noisy, rows)), target_out).sum()
+        rows = straight_through_rows(f_logits, y_prime_eos)             # (B, L+1, V) one-hot y'; grad: f's softmax
+        pi_logits = denoiser.decode(y_in, *denoiser.encode(y_prime_eos, rows))  # (B, T, V) Pi (eval) on rows; grad
+        first_term = -log_likelihood(pi_logits, y_out).sum()            # () -log p_beta(y|y'); grad
     if no_gold:
         return weight * first_term / (src != PAD_ID).sum()  # (a count that does not depend on y')
-    direct = sequence_loss(f.decode(tgt_in, memory, memory_mask), tgt_out, label_smoothing)   # -log p_theta(y|x)
-    return weight * first_term / (tgt_out != PAD_ID).sum() + lam * direct
+    direct = sequence_loss(f.decode(y_in, memory, memory_mask), y_out, label_smoothing)  # () -log p_theta(y|x); grad
+    return weight * first_term / (y_out != PAD_ID).sum() + lam * direct
 
 
 def log_likelihood(logits, targets):
@@ -685,12 +687,12 @@ def same_sequences(a, b):
     return (F.pad(a, (0, width - a.shape[1]), value=PAD_ID) == F.pad(b, (0, width - b.shape[1]), value=PAD_ID)).all(1)
 
 
-def straight_through_rows(f_logits, noisy):
-    """y' + EOS (noisy) as one-hot rows (B, T, V), one_hot(y') - p.detach() + p: exactly y' going forward, the gradient
+def straight_through_rows(f_logits, y_prime_eos):
+    """y' + EOS as one-hot rows (B, T, V), one_hot(y') - p.detach() + p: exactly y' going forward, the gradient
     of f's softmax p going back (p from f teacher-forced on y'); padding a zero row, as its embedding."""
     p = F.log_softmax(f_logits, dim=-1).exp()
-    hard = F.one_hot(noisy, p.shape[-1]).float()
-    return (hard - p.detach() + p) * (noisy != PAD_ID)[..., None]
+    hard = F.one_hot(y_prime_eos, p.shape[-1]).float()
+    return (hard - p.detach() + p) * (y_prime_eos != PAD_ID)[..., None]
 
 
 # ============================================================================
@@ -715,12 +717,13 @@ def composed_validation_loss(f, denoiser, val_batches, error_free=None, gamma: f
     f.eval()
     total = tokens = 0
     for src, tgt_in, tgt_out in val_batches:
-        predicted = f.generate(src, output_length_limit(f, src))
-        noisy = with_eos(predicted)
-        logits = denoiser.decode(tgt_in, *denoiser.encode(noisy)).float()
+        y_prime = f.generate(src, output_length_limit(f, src))
+        y_prime_eos = with_eos(y_prime)
+        logits = denoiser.decode(tgt_in, *denoiser.encode(y_prime_eos)).float()
         loss = F.cross_entropy(logits.transpose(1, 2), tgt_out, ignore_index=PAD_ID, reduction="none").sum(dim=1)
-        if error_free is not None:
-            loss = torch.where(error_free(predicted), torch.where(same_sequences(noisy, tgt_out), 0.0, -gamma), loss)
+        if error_free is not None:  # what g passes is Pi's output: right (0) or wrong (-gamma, as composed_loss's)
+            right = same_sequences(y_prime_eos, tgt_out)
+            loss = torch.where(error_free(y_prime), torch.where(right, 0.0, -gamma), loss)
         total, tokens = total + loss.double().sum(), tokens + (tgt_out != PAD_ID).sum()
     return (total / tokens).item()
 
@@ -804,6 +807,7 @@ def train_one_epoch(model, epoch_batches, optimizer, lr_at, state: dict, compose
                     clip_norm: float, bf16: bool, what: str) -> float:
     """One pass over the batches: -log p(y|x), or composed_loss with `composed`'s Pi and settings; the mean loss."""
     model.train()
+    measure = "loss" if composed is None else "surrogate"  # composed_loss: a surrogate whose gradient estimates Eq. 1's
     device = next(model.parameters()).device
     total = torch.zeros((), dtype=torch.float64, device=device)  # summed on the device: nothing waits for a GPU
     tokens = torch.zeros((), dtype=torch.long, device=device)
@@ -829,32 +833,30 @@ def train_one_epoch(model, epoch_batches, optimizer, lr_at, state: dict, compose
         tokens += n
         if time.time() - shown >= 30 or i == len(epoch_batches):  # a progress line (a GPU's one wait) every 30 s
             shown, seconds = time.time(), time.time() - started
-            print(f"{what}: {i}/{len(epoch_batches)} batches, loss {(total / tokens).item():.3f}, "
+            print(f"{what}: {i}/{len(epoch_batches)} batches, {measure} {(total / tokens).item():.3f}, "
                   f"{tokens.item() / seconds:.0f} tok/s, ETA {(len(epoch_batches) - i) * seconds / i:.0f} s",
                   file=sys.stderr, flush=True)
     return (total / tokens).item()
 
 
-def fit(model, optimizer, upcoming, val_batches, lr_at, state: dict, epochs: int, patience: int, save_epoch,
-        composed: dict | None = None, val_share=None, report=None, label_smoothing="0", clip_norm=0.0, bf16=False):
+def fit(model, optimizer, upcoming, lr_at, state: dict, epochs: int, patience: int, validate, save_epoch,
+        composed: dict | None = None, report=None, label_smoothing="0", clip_norm=0.0, bf16=False):
     """Train on each epoch's batches (upcoming), validate, keep the best, stop `patience` epochs after it."""
-    # state: epoch, step, best_epoch, best_loss, best_share, history (a resumed run's: where it stopped); save_epoch
-    # (state, improved) saves the run (harness.py); report(model, epoch): a note for the epoch's line.
+    # state: epoch, step, best_epoch, best_loss, best_share, history (a resumed run's: where it stopped);
+    # validate(model): the epoch's val loss and judged share (or None); save_epoch(state, improved) saves the run (both
+    # harness.py's); composed: composed_loss's keywords, its Pi and settings; report(model, epoch): a line's note.
     device = next(model.parameters()).device.type
     first = 0 if composed and not state["history"] else state["epoch"] + 1  # composed: epoch 0, the f it starts from
     for epoch in range(first, epochs + 1):
         if epoch - state["best_epoch"] > patience:
             break
-        started = time.time()
-        train_loss = math.nan  # composed's epoch 0 trains nothing: it validates the f it starts from
+        started, train_loss = time.time(), math.nan  # composed's epoch 0 trains nothing: it validates f as it starts
         if epoch:
             train_loss = train_one_epoch(model, next(upcoming), optimizer, lr_at, state, composed,
                                          label_smoothing_at(epoch, label_smoothing), clip_norm, bf16,
                                          f"epoch {epoch}/{epochs}")
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-            loss = validation_loss(model, val_batches) if composed is None else composed_validation_loss(
-                model, composed["denoiser"], val_batches, composed["error_free"], composed["gamma"])  # of Pi(f(x))
-            share = val_share(model) if val_share else None
+            loss, share = validate(model)
         # The kept epoch: the highest judged share of val where there is one (--keep-by), ties broken by the loss
         if share is None or state["best_share"] is None or share == state["best_share"]:
             improved = loss < state["best_loss"]
@@ -865,8 +867,8 @@ def fit(model, optimizer, upcoming, val_batches, lr_at, state: dict, epochs: int
         state["epoch"], note, seconds = epoch, report(model, epoch) if report else "", time.time() - started
         state["history"].append(dict(epoch=epoch, train_loss=train_loss, val_loss=loss, val_share=share, note=note,
                                      seconds=seconds))
-        trained, shown = f"train loss {train_loss:.4f}," if epoch else "(f as it starts)", "" if share is None else \
-            f", val share {share:.1%}"
+        trained = f"train {'surrogate' if composed else 'loss'} {train_loss:.4f}," if epoch else "(f as it starts)"
+        shown = "" if share is None else f", val share {share:.1%}"
         print(f"epoch {epoch}: {trained} val loss {loss:.4f}{shown}{' (best)' * improved}{note}; {seconds:.1f} s",
               file=sys.stderr, flush=True)
         save_epoch(state, improved)

@@ -27,7 +27,7 @@ import common
 import harness
 
 METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
-PI, F = "runs/denoiser/model.pt", "runs/standard/model.pt"
+PI, STANDARD = "runs/denoiser/model.pt", "runs/standard/model.pt"  # where Pi and composed's f come from by default
 STAGES = ("frozen", "reverse", "synthetic.*", "mixed")  # made before the last stage: bart's, then backtranslation's
 # Every value a predictor trains with: a block per preset (SPoC's and a task's own where their data takes them), a row
 # per setting, and where the methods differ a value per method, in METHODS' order; None: a method has no such setting
@@ -41,7 +41,7 @@ PRESETS = {
         adam_betas=(0.9, 0.98), weight_decay=1e-4, clip_norm=0.0, precision="fp32", seed=0, labeled=0,
         #                  baseline  standard  bart  composed     backtranslation
         denoiser=          [None,    PI,       PI,   PI,          None],
-        init=              [None,    None,     None, F,           None],
+        init=              [None,    None,     None, STANDARD,    None],
         keep_by=           ["loss",  "loss",   None, "valid",     None],  # "loss" where data has no validity command
         estimator=         [None,    None,     None, "reinforce", None],  # Eq. 1 (common.composed_loss)
         reinforce_baseline=[None,    None,     None, "batch",     None],  # ours, chosen on val; the paper's: none
@@ -137,14 +137,14 @@ def parse_args(argv=None):
                           "no gold an epoch (DATA/unlabeled.src; 0: none)")
     parser.epilog = "Defaults: the preset's for the data given (without --method: standard's); a flag given wins."
     args = harness.parse_training_args(parser, argv, preset_values, stages=STAGES)
-    for name, value in preset_values(harness.read_data_folder(args.data), args).items():
+    for name, value in preset_values(args.manifest, args).items():
         if value is None and getattr(args, name) is not None:
             parser.error(f"--{name.replace('_', '-')} does not apply to --method {args.method}")
     harness.check_ranges(parser, args, at_least_1="frozen_epochs reverse_epochs labeled_epochs",
                          not_negative="labeled synthetic_programs composed_weight lam unlabeled_inputs")
     if args.method == "bart" and not args.frozen_epochs < args.epochs:
         parser.error(f"bart: --frozen-epochs ({args.frozen_epochs}) must be below --epochs ({args.epochs})")
-    if args.keep_by == "valid" and not harness.read_data_folder(args.data).get("valid_command"):
+    if args.keep_by == "valid" and not args.manifest.get("valid_command"):
         parser.error(f"--keep-by valid: {args.data} names no validity command (make_task.py --valid-command)")
     return args
 
@@ -163,7 +163,7 @@ def load_pairs(data_dir: str, split: str, tokenizer) -> list[tuple[list[int], li
 
 def finetune(args):
     torch.manual_seed(args.seed)  # initialisation, dropout and sampling
-    spm, spm_path = harness.read_data_folder(args.data)["spm"], os.path.join(args.data, "spm.model")
+    spm, spm_path = args.manifest["spm"], os.path.join(args.data, "spm.model")
     tokenizer = common.load_tokenizer(spm)
     train_pairs, val_pairs = load_pairs(args.data, "train", tokenizer), load_pairs(args.data, "val", tokenizer)
     if args.labeled > len(train_pairs):
@@ -174,7 +174,7 @@ def finetune(args):
                                 "(SPoC: make_spoc.py --unlabeled TSV)")
     # What evaluate.py needs to place the model in the paper's tables; deep: the 12-layer rows (twice the layers).
     extra = {"spm": spm, "role": "predictor", "method": args.method,
-             "deep": args.layers >= 2 * preset_values(harness.read_data_folder(args.data), args)["layers"]}
+             "deep": args.layers >= 2 * preset_values(args.manifest, args)["layers"]}
     config = harness.transformer_config(args, tokenizer.get_piece_size())
     composed = g = None  # composed: Pi, frozen, and Eq. 1's settings; g: Pi's error detector
     if args.method in ("baseline", "backtranslation"):

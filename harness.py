@@ -254,6 +254,11 @@ def train(model, args, out_dir: str, extra: dict, pairs_of, val_pairs, epochs: i
     if cuda:
         multiple, val_size = 8, max(args.batch_size, 2 ** 16 // (max(len(x) + len(y) for x, y in val_pairs) + 2))
     val_batches = [tuple(t.to(device) for t in b) for b in common.batches(val_pairs, val_size, None, multiple)]
+
+    def validate(model):  # the criteria that keep an epoch: the val loss (composed: of Pi(f(x))), a judged share
+        loss = common.validation_loss(model, val_batches) if composed is None else common.composed_validation_loss(
+            model, composed["denoiser"], val_batches, composed["error_free"], composed["gamma"])
+        return loss, val_share(model) if val_share else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=args.adam_betas,
                                   weight_decay=args.weight_decay, fused=cuda)  # fused: one kernel
     last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
@@ -288,8 +293,8 @@ def train(model, args, out_dir: str, extra: dict, pairs_of, val_pairs, epochs: i
         print(f"resumed from {last_path} after epoch {state['epoch']}", file=sys.stderr)
     elif args.resume:
         print(f"--resume: there is no {last_path} yet, so this run starts from its beginning", file=sys.stderr)
-    state = common.fit(model, optimizer, itertools.chain([first], upcoming), val_batches, lr_at, state, epochs,
-                       patience, save_epoch, composed, val_share, report, args.label_smoothing, args.clip_norm,
+    state = common.fit(model, optimizer, itertools.chain([first], upcoming), lr_at, state, epochs, patience,
+                       validate, save_epoch, composed, report, args.label_smoothing, args.clip_norm,
                        args.precision == "bf16")
     if state["best_loss"] == math.inf:
         raise TrainingFailed(f"no epoch had a finite validation loss (the last: {state['history'][-1]['val_loss']}), "
@@ -443,6 +448,11 @@ def capture_cuda_graph(step):
 # 5. Command line
 # ============================================================================
 
+class RunArgs(argparse.Namespace):
+    """A run's settings; in a slot, out of vars(args) (which checkpoints keep), `manifest`: its --data folder, read."""
+    __slots__ = ("manifest",)
+
+
 def parse_training_args(parser, argv, defaults_of, out: str | None = None, stages=()):
     """A training run's settings: each flag's default its preset's (defaults_of), or a resumed run's; a flag wins."""
     add = parser.add_argument  # (--help shows the values a run would use)
@@ -470,9 +480,9 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None, stage
                            choices=preset.choices if name == "preset" else None)
     known = first.parse_known_args(argv)[0]
     try:
-        data = read_data_folder(known.data)
+        data, read = read_data_folder(known.data), known.data
     except UsageError:  # no data yet: --help shows the preset's values for no kind of data (a run is refused below)
-        data = {"dataset": None, "corruption": None}
+        data, read = {"dataset": None, "corruption": None}, None
         parser.epilog = f"{parser.epilog or ''} ({known.data} holds no data yet: a data folder may change these.)"
     parser.set_defaults(data=known.data, **defaults_of(data, known))
     if "--resume" in (sys.argv if argv is None else argv):  # the run's settings (a run of this script and --method)
@@ -481,16 +491,17 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None, stage
             parser.set_defaults(**settings_ran_with(ran, known.method))
         except UsageError as error:
             parser.error(str(error))
-    args = parser.parse_args(argv)
-    try:
-        args.dataset, device = read_data_folder(args.data)["dataset"], pick_device(args.device)
-        stages = [(float(value), int(epochs or 0)) for value, _, epochs in  # (VALUE, EPOCHS)
-                  (stage.partition(":") for stage in args.label_smoothing.split(","))]
+    args = parser.parse_args(argv, RunArgs())
+    try:  # the folder read above, unless a resumed run's --data is another one (or there was none)
+        args.manifest = data if args.data == read else read_data_folder(args.data)
+        args.dataset, device = args.manifest["dataset"], pick_device(args.device)
+        smoothing = [(float(value), int(epochs or 0)) for value, _, epochs in  # (VALUE, EPOCHS)
+                     (stage.partition(":") for stage in args.label_smoothing.split(","))]
     except UsageError as error:
         parser.error(str(error))
     except ValueError:
         parser.error(f"--label-smoothing {args.label_smoothing!r}: a number, or VALUE:EPOCHS,...,VALUE")
-    check_ranges(parser, argparse.Namespace(label_smoothing=[value for value, _ in stages]), fraction="label_smoothing")
+    check_ranges(parser, argparse.Namespace(label_smoothing=[value for value, _ in smoothing]), fraction="label_smoothing")
     check_ranges(parser, args, at_least_1="epochs batch_size patience d_model n_heads layers d_ff", positive="lr",
                  not_negative="warmup_steps warmup_start_lr weight_decay clip_norm",
                  fraction="dropout attention_dropout activation_dropout")

@@ -115,7 +115,7 @@ def parse_args(argv=None):
                      f"{', '.join(CORRUPTIONS)}")
     if args.error_detector == "compile" and args.dataset != "spoc":
         parser.error("--error-detector compile needs SPoC data (make_spoc.py)")
-    if args.error_detector == "valid" and not harness.read_data_folder(args.data).get("valid_command"):
+    if args.error_detector == "valid" and not args.manifest.get("valid_command"):
         parser.error(f"--error-detector valid needs a task folder with a validity command; {args.data} has none")
     return args
 
@@ -148,7 +148,7 @@ def corrupted_pairs(outputs: list[str], clean_ids: list, tokenizer, args, epoch:
 
 def train(args):
     torch.manual_seed(args.seed)  # initialisation, dropout
-    spm = harness.read_data_folder(args.data)["spm"]
+    spm = args.manifest["spm"]
     tokenizer = common.load_tokenizer(spm)
     outputs, val = training_outputs(args), common.read_lines(os.path.join(args.data, "val.tgt"))
     if not outputs or not val:
@@ -161,7 +161,7 @@ def train(args):
                                 "separated by ' $ '; --corruption edits reads any output")
     spoc_cases = spoc.read_cases(args.data, "val") if args.dataset == "spoc" and args.repair_every else None
     harness.claim_output(args, may_change=("repair_every", "repair_programs"))  # (how it reports)
-    own = args.corruption == harness.read_data_folder(args.data)["corruption"]  # the data's own noise, or another's
+    own = args.corruption == args.manifest["corruption"]  # the data's own noise, or another's
     extra = {"spm": spm, "role": "denoiser", "corruption": args.corruption, "own_noise": own,
              "paper_table": noise.paper_tables.get(args.dataset),
              "error_detector": None if args.error_detector == "none" else args.error_detector}

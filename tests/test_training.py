@@ -49,8 +49,10 @@ def denoiser(data, tmp_path_factory):
     return out / "model.pt", result.stderr + result.stdout
 
 
-def epoch_losses(log):
-    return [float(line.split("train loss ")[1].split(",")[0]) for line in log.splitlines() if " train loss " in line]
+def epoch_losses(log, measure="loss"):
+    """Each epoch line's train loss; measure "surrogate": composed's, whose gradient, not value, estimates Eq. 1's."""
+    return [float(line.split(f"train {measure} ")[1].split(",")[0]) for line in log.splitlines()
+            if f" train {measure} " in line]
 
 
 def test_denoiser_learns_and_its_checkpoint_stands_alone(denoiser):
@@ -416,6 +418,23 @@ def test_composed_keeps_the_f_it_starts_from_when_no_epoch_does_better(data, den
     assert not all(torch.equal(start[name], p) for name, p in model.state_dict().items())  # (f did train)
 
 
+@pytest.mark.parametrize("run", ["finetune", "train_denoiser"])
+def test_a_run_reads_its_data_folder_once_and_its_checkpoints_keep_no_copy(data, denoiser, tmp_path, monkeypatch,
+                                                                           capsys, run):
+    """Reading the flags reads --data's folder (dataset.json and the tokenizer), and the run goes on with what was read:
+    one read a run, which neither the settings its checkpoints keep nor its settings line hold."""
+    reads, read = [], harness.read_data_folder
+    monkeypatch.setattr(harness, "read_data_folder", lambda folder: reads.append(folder) or read(folder))
+    flags = ["--preset", "smoke", "--data", str(data), "--epochs", "1", "--out", str(tmp_path)]
+    if run == "finetune":
+        finetune.finetune(finetune.parse_args(["--method", "standard", "--denoiser", str(denoiser[0]), *flags]))
+    else:
+        train_denoiser.train(train_denoiser.parse_args([*flags, "--repair-every", "0"]))
+    assert reads == [str(data)]
+    assert "manifest" not in harness.load_checkpoint(str(tmp_path / "model.pt"), needs=("args",))["args"]
+    assert "manifest" not in capsys.readouterr().err.split("settings: ")[1].splitlines()[0]
+
+
 def test_a_corruption_registered_once_reaches_the_help_and_the_table(data, tmp_path, monkeypatch, capsys):
     """A noise added to train_denoiser.CORRUPTIONS alone: --help lists it; a Pi trained on it names its rows in
     evaluate.py's table, with no paper numbers beside them, and its evaluations go into files of their own (it is not
@@ -446,7 +465,8 @@ def test_composed_model_is_evaluated_through_its_denoiser(data, denoiser, tmp_pa
     result = script("finetune.py", "--method", "composed", "--preset", "smoke", "--data", data, "--init",
                     tmp_path / "standard" / "model.pt", "--denoiser", denoiser[0], "--out", tmp_path, "--epochs", "2")
     assert result.returncode == 0, result.stderr
-    assert len(epoch_losses(result.stderr)) == 2
+    assert len(epoch_losses(result.stderr, "surrogate")) == 2 and not epoch_losses(result.stderr)
+    assert "batches, surrogate " in result.stderr and "batches, loss " not in result.stderr  # its progress lines too
     composed = harness.load_checkpoint(str(tmp_path / "model.pt"))
     original = harness.load_checkpoint(str(denoiser[0]))["model"]
     assert all(torch.equal(original[name], p) for name, p in composed["denoiser"]["model"].items())
@@ -520,14 +540,13 @@ def test_the_paper_presets_limits_are_the_authors_epochs_and_a_patience_of_50_co
 
 
 def fit_on(monkeypatch, losses, shares=None, patience=99):
-    """common.fit over made-up epochs, nothing trained: epoch e's validation loss is losses[e - 1], its judged share
+    """common.fit over made-up epochs, nothing trained: validate gives epoch e loss losses[e - 1] and judged share
     shares[e - 1]; the epochs it ran and the one model.pt holds."""
-    validated, judged, saved = iter(losses), iter(shares or ()), []
+    validated, judged, saved = iter(losses), iter(shares or [None] * len(losses)), []
     monkeypatch.setattr(common, "train_one_epoch", lambda *args: 0.0)
-    monkeypatch.setattr(common, "validation_loss", lambda *args: next(validated))
-    state = common.fit(torch.nn.Linear(1, 1), None, itertools.repeat([]), [], None, dict(
+    state = common.fit(torch.nn.Linear(1, 1), None, itertools.repeat([]), None, dict(
         epoch=0, step=0, best_epoch=0, best_loss=math.inf, best_share=None, history=[]), len(losses), patience,
-        lambda state, improved: saved.append(improved), val_share=shares and (lambda model: next(judged)))
+        lambda model: (next(validated), next(judged)), lambda state, improved: saved.append(improved))
     ran = [row["epoch"] for row in state["history"]]
     kept = [epoch for epoch, improved in zip(ran, saved) if improved][-1]
     assert kept == state["best_epoch"]
