@@ -762,6 +762,11 @@ def batches(pairs: list, batch_size: int, rng: random.Random | None = None, leng
     return prepared
 
 
+def epoch_batches(pairs: list, batch_size: int, seed: int, epoch: int, length_multiple: int = 1) -> list[tuple]:
+    """Epoch `epoch`'s batches, in an order of the seed's and the epoch's own (the same whatever the run's length)."""
+    return batches(pairs, batch_size, random.Random(f"{seed}-batch order-{epoch}"), length_multiple)
+
+
 def pad(sequences: list[list[int]], length_multiple: int = 1, extra: int = 0) -> torch.Tensor:
     """(B, T) PAD-padded ids; T - extra rounded up to a multiple of length_multiple."""
     longest = max(map(len, sequences)) - extra
@@ -790,6 +795,11 @@ def learning_rate(step: int, steps: int, peak: float, schedule: str, warmup_step
     if schedule == "inverse-sqrt":
         return peak * (warmup * min(1.0, math.sqrt(warmup_steps / (step + 1))))
     return peak * warmup
+
+
+def adamw(model, lr: float, betas: tuple[float, float], weight_decay: float, fused: bool = False):
+    """Every run's optimizer: Adam with decoupled weight decay (fairseq's adam); fused, on a GPU: one kernel a step."""
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay, fused=fused)
 
 
 def label_smoothing_at(epoch: int, schedule: str) -> float:

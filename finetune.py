@@ -16,7 +16,8 @@
 baseline and backtranslation start from random weights; standard and bart from the denoiser's (--denoiser); composed
 from --init's, and keeps the denoiser Pi frozen (a copy goes into its checkpoint, so that evaluate.py applies it
 unasked). Every method keeps the epoch of the lowest validation loss (composed: of Pi(f(x)), f decoding greedily; on a
-task with a validity command, the epoch whose Pi(f(x)) it passes most often), or the one --keep-by names.
+task with a validity command, the epoch whose Pi(f(x)) it passes most often, ties broken by the loss: where the f it
+starts from passes all of val, it is kept unless an epoch lowers the loss), or the one --keep-by names.
 """
 import os
 import sys
@@ -220,7 +221,8 @@ def finetune(args):
         val_share = judged_share(args, tokenizer, composed, g) if args.keep_by != "loss" else None
         state = harness.train(model, args, args.out, extra, lambda epoch: train_pairs + inputs_alone(epoch), val_pairs,
                               composed=composed, val_share=val_share)
-    share = "" if state["best_share"] is None else f", val share {state['best_share']:.1%}"
+    share = "" if state["best_share"] is None else f", val share {state['best_share']:.1%}" + (
+        ": every output passes, so the loss chose among such epochs" if state["best_share"] == 1 else "")
     print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}{share}) -> "
           f"{os.path.join(args.out, 'model.pt')}")
 

@@ -15,7 +15,6 @@ import itertools
 import json
 import math
 import os
-import random
 import shutil
 import signal
 import sys
@@ -259,8 +258,7 @@ def train(model, args, out_dir: str, extra: dict, pairs_of, val_pairs, epochs: i
         loss = common.validation_loss(model, val_batches) if composed is None else common.composed_validation_loss(
             model, composed["denoiser"], val_batches, composed["error_free"], composed["gamma"])
         return loss, val_share(model) if val_share else None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=args.adam_betas,
-                                  weight_decay=args.weight_decay, fused=cuda)  # fused: one kernel
+    optimizer = common.adamw(model, args.lr, args.adam_betas, args.weight_decay, fused=cuda)
     last_path, best_path = os.path.join(out_dir, "last.pt"), os.path.join(out_dir, "model.pt")
     last = load_checkpoint(last_path, ("optimizer", "state")) if args.resume and os.path.exists(last_path) else None
     state = last["state"] if last else dict(epoch=0, step=0, best_epoch=0, best_loss=math.inf, best_share=None,
@@ -268,8 +266,8 @@ def train(model, args, out_dir: str, extra: dict, pairs_of, val_pairs, epochs: i
     if out_dir != args.out:  # a stage before the run's last (in a folder of its own) goes on only as long as it began
         epochs, patience = state.setdefault("length", (epochs, patience))  # to: the next stage began from its end
 
-    batches_of = lambda epoch: common.batches(pairs_of(epoch), args.batch_size, random.Random(  # noqa: E731
-        f"{args.seed}-batch order-{epoch}"), multiple)  # each epoch's own order, whatever --epochs
+    def batches_of(epoch):
+        return common.epoch_batches(pairs_of(epoch), args.batch_size, args.seed, epoch, multiple)
     left = range(state["epoch"] + 1, epochs + 1)
     upcoming = epochs_ahead(batches_of, left, pin=cuda) if made_ahead else map(batches_of, left)
     first = next(upcoming, [])

@@ -137,6 +137,8 @@ def make_spoc(args):
             common.write_lines(os.path.join(args.out, f"{split}.{ext}"), lines)
     if unlabeled:
         common.write_lines(os.path.join(args.out, "unlabeled.tgt"), unlabeled)
+    elif "train" in data and os.path.exists(os.path.join(args.out, "unlabeled.tgt")):  # an old one: not this tokenizer's
+        os.remove(os.path.join(args.out, "unlabeled.tgt"))
     if "train" in data:
         train = data["train"]
         spm = common.train_tokenizer([p["src"] for p in train] + [p["tgt"] for p in train] + unlabeled, args.vocab_size)

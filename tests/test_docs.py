@@ -86,7 +86,7 @@ def test_the_readme_shows_the_table_2_block_the_gpu_bench_runs():
 
 def test_the_readmes_numbers_of_epochs_are_the_presets():
     """The epochs the README says a run trains, or waits for a better one, are those the presets set (cpu: default)."""
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    readme = " ".join(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().split())  # (lines joined)
     sanstype, task = {"dataset": "sanstype", "corruption": "code"}, {"dataset": "task"}
     pi = train_denoiser.preset_values(sanstype, argparse.Namespace(preset="cpu"))
 
@@ -94,7 +94,7 @@ def test_the_readmes_numbers_of_epochs_are_the_presets():
         return finetune.preset_values(data, argparse.Namespace(preset=name, method=method))
     claims = [  # (what the README says, for each number the values of the presets it stands for)
         (r"Π, (\d+) epochs of undoing", [{pi["epochs"]}]),
-        (r"--method composed .* up to (\d+) epochs", [{preset(sanstype, "cpu", "composed")["epochs"]}]),
+        (r"--method composed +# [^>]*? up to (\d+) epochs", [{preset(sanstype, "cpu", "composed")["epochs"]}]),
         (r"each run stops (\d+) epochs after its best \(composed (\d+)\)", [
             {preset(sanstype, "paper", m)["patience"] for m in finetune.METHODS if m != "composed"},
             {preset(sanstype, "paper", "composed")["patience"]}]),

@@ -85,6 +85,13 @@ def test_tokenizer_is_smaller_when_the_data_cannot_support_10000_pieces(tmp_path
     assert 100 < model.get_piece_size() < 10000
 
 
+def test_overwrite_without_unlabeled_code_leaves_no_old_unlabeled_code(tmp_path):
+    """The unlabeled code goes with the train split it was tokenized with: a new train split drops an old one's."""
+    assert make_fixture_data(tmp_path, "--unlabeled", EVAL_TSV, "--vocab-size", "300").returncode == 0
+    assert make_fixture_data(tmp_path, "--overwrite", "--vocab-size", "300").returncode == 0
+    assert not os.path.exists(tmp_path / "unlabeled.tgt")
+
+
 def test_long_train_programs_are_dropped_and_val_is_kept_whole(tmp_path):
     result = make_fixture_data(tmp_path, "--max-chars", "300", "--vocab-size", "300")
     assert result.returncode == 0, result.stderr

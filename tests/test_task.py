@@ -450,16 +450,18 @@ def untrained(data, path, role, args):
     return path
 
 
-@pytest.mark.parametrize("keep_by, kept", [("loss", 1), ("valid", 2), ("exact", 1)])
-def test_the_kept_epoch_is_the_one_the_users_judge_prefers(task, tmp_path, monkeypatch, keep_by, kept):
+@pytest.mark.parametrize("keep_by, shares, kept", [("loss", [2, 3, 6, 6], 1), ("valid", [2, 3, 6, 6], 2),
+                                                    ("exact", [2, 3, 6, 6], 1), ("valid", [10] * 4, 1)])
+def test_the_kept_epoch_is_the_one_the_users_judge_prefers(task, tmp_path, monkeypatch, capsys, keep_by, shares, kept):
     """Composed epochs 0-3 with made-up validation losses 1.0, 0.5, 0.7, 0.8 and shares of val valid 2, 3, 6, 6 of 10:
     --keep-by loss keeps epoch 1; valid keeps the most valid, its tie broken by the loss (2, not the newer 3); exact,
-    where no output of an untrained f is exact (all tied), falls back on the loss (1)."""
+    where no output of an untrained f is exact (all tied), falls back on the loss (1). Where every epoch passes all
+    of val, the loss alone chooses, and the run says so."""
     data = task / "data"
     flags = ["--data", str(data), "--preset", "smoke"]
     pi = untrained(data, tmp_path / "pi.pt", "denoiser", train_denoiser.parse_args(flags))
     f = untrained(data, tmp_path / "f.pt", "predictor", finetune.parse_args(["--method", "standard", *flags]))
-    losses, valid = iter([1.0, 0.5, 0.7, 0.8]), iter([2, 3, 6, 6])
+    losses, valid = iter([1.0, 0.5, 0.7, 0.8]), iter(shares)
     monkeypatch.setattr(common, "composed_validation_loss", lambda *args: next(losses))
     judged = []
     monkeypatch.setattr(harness, "valid_outputs", lambda folder, outputs: judged.append(outputs) or (
@@ -468,6 +470,7 @@ def test_the_kept_epoch_is_the_one_the_users_judge_prefers(task, tmp_path, monke
                    "--patience", "3", "--keep-by", keep_by, "--out", str(tmp_path / "composed")])
     assert harness.load_checkpoint(str(tmp_path / "composed" / "model.pt"), needs=())["epoch"] == kept
     assert len(judged) == 4 * (keep_by == "valid") and all(len(outputs) == 10 for outputs in judged)
+    assert ("val share 100.0%: every output passes, so the loss chose" in capsys.readouterr().out) == (shares[0] == 10)
 
 
 def test_the_validity_command_as_pis_error_detector_leaves_valid_outputs_untouched(task, tmp_path, monkeypatch):
