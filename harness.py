@@ -134,7 +134,10 @@ def load_model(path: str, spm: bytes, spm_path: str, role: str, config: common.T
 
 def model_from_checkpoint(checkpoint: dict, config=None, path="the checkpoint") -> common.Transformer:
     """The model a checkpoint holds, as it was trained (or with config's dropouts)."""
-    model = common.Transformer(config or common.TransformerConfig(**checkpoint["config"]))
+    return load_weights(common.Transformer(config or common.TransformerConfig(**checkpoint["config"])), checkpoint, path)
+
+
+def load_weights(model, checkpoint: dict, path: str):
     try:
         model.load_state_dict(checkpoint["model"])
     except RuntimeError:  # its weights are named or shaped as this code's Transformer's are not
@@ -283,7 +286,7 @@ def train(model, args, out_dir: str, extra: dict, pairs_of, val_pairs, epochs: i
         save_checkpoint(last_path, {**checkpoint, "optimizer": optimizer.state_dict(), "state": state, "rng": {
             "torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state(device)} if cuda else {})}})
     if last:  # the weights, AdamW's moments and the generators (dropout, samples) where the run stopped
-        model.load_state_dict(last["model"])
+        load_weights(model, last, last_path)
         optimizer.load_state_dict(last["optimizer"])
         torch.set_rng_state(last["rng"]["torch"])
         if cuda and "cuda" in last["rng"]:
