@@ -5,6 +5,8 @@
      at the cpu preset's (2+2 layers, 4 heads, d=128, ffn 512, no attention/activation dropout);
      and ours under torch.compile(dynamic=True) at the paper's size (lengths vary from batch to batch in
      training, so a static graph would recompile; the two warm-up steps hold the compilation);
+     with each step's model FLOP utilisation: its FLOPs (torch's FlopCounterMode over forward and backward) over its
+     time, as a share of the rate this run measures for a 1024x1024 matrix product in the same precision;
   2. greedy decoding of 100 tokens at the paper's size (Transformer.generate: the key/value cache, fixed-shape
      steps) against re-running the decoder over the whole prefix at every step (test_transformer.rerun_decoder;
      the outputs must be identical).
@@ -15,9 +17,10 @@ It times what this machine can pay for: bf16 only on a CPU with native bf16 (AVX
 10-17x slower and the bench took over 20 minutes: --bf16 times it anyway), torch.compile only with --compile (a minute
 or more of compiling); it says what it skipped.
 
-Last line: train_step_vs_torch=X.XX decode_cache_speedup=Y.Y bf16_speedup=Z.Z bf16_speedup_cpu=W.W compile_speedup=V.V
-(above 1: ours is faster, the cache is faster, bf16 is faster, compiling is faster; all but the second and fourth at
-the paper's size), each where it was timed.
+Last line: train_step_vs_torch=X.XX decode_cache_speedup=Y.Y mfu_paper=U.UU mfu_cpu=U.UU [mfu_paper_bf16=U.UU
+mfu_cpu_bf16=U.UU bf16_speedup=Z.Z bf16_speedup_cpu=W.W compile_speedup=V.V] (above 1: ours is faster, the cache is
+faster, bf16 is faster, compiling is faster; all but the second and fourth at the paper's size; mfu: the share of the
+matrix product's rate a training step reaches), each where it was timed.
 """
 import argparse
 import os
@@ -28,6 +31,7 @@ import warnings
 
 import torch
 import torch.nn as nn
+from torch.utils.flop_counter import FlopCounterMode
 
 warnings.filterwarnings("ignore", message="enable_nested_tensor")  # nn.Transformer's note on pre-norm layers
 
@@ -75,6 +79,26 @@ def seconds_per_step(model, steps, precision="fp32", batch=BATCH, length=LENGTH)
     return statistics.median(times)
 
 
+def step_flops(model, batch=BATCH, length=LENGTH) -> int:
+    """The floating-point operations of one training step's forward and backward (Adam's update is a few per weight)."""
+    src, tgt = torch.randint(4, VOCAB, (batch, length)), torch.randint(4, VOCAB, (batch, length + 1))
+    with FlopCounterMode(display=False) as counter:
+        common.sequence_loss(model(src, tgt[:, :-1]), tgt[:, 1:]).backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def matmul_rate(precision: str, n: int = 1024, repeats: int = 20) -> float:
+    """FLOP/s of an n x n matrix product on this machine, now (the roof a step's utilisation is measured against)."""
+    a, b = (torch.randn(n, n, dtype=torch.bfloat16 if precision == "bf16" else torch.float32) for _ in range(2))
+    times = []
+    for _ in range(repeats + 2):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * n ** 3 / statistics.median(times[2:])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=10)
@@ -92,7 +116,10 @@ def main():
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()} (bf16 needs "
           f"AVX512-BF16 or AMX to pay), {args.threads} threads, batch {batch} x {length} tokens a side")
-    step = {}
+    step, utilisation = {}, {}
+    n = 64 if args.tiny else 1024
+    roof = {precision: matmul_rate(precision, n) for precision in precisions}
+    print(f"matrix product {n}x{n}: " + ", ".join(f"{p} {r / 1e9:.0f} GFLOP/s" for p, r in roof.items()))
     for size in ("paper", "cpu"):
         preset = finetune.preset_values({"dataset": "sanstype"}, argparse.Namespace(preset=size, method="standard"))
         config = harness.transformer_config(argparse.Namespace(**preset), VOCAB)
@@ -100,8 +127,11 @@ def main():
             ours = step[size, precision] = seconds_per_step(common.Transformer(config), args.steps, precision, batch,
                                                             length)
             reference = seconds_per_step(TorchTransformer(config), args.steps, precision, batch, length)
-            print(f"training step, {size} size, {precision}: ours {1000 * ours:.0f} ms, "
-                  f"nn.Transformer {1000 * reference:.0f} ms ({reference / ours:.2f})", flush=True)
+            rate = step_flops(common.Transformer(config), batch, length) / ours
+            utilisation[size, precision] = rate / roof[precision]
+            print(f"training step, {size} size, {precision}: ours {1000 * ours:.0f} ms ({rate / 1e9:.1f} GFLOP/s, "
+                  f"{utilisation[size, precision]:.0%} of the product's), nn.Transformer {1000 * reference:.0f} ms "
+                  f"({reference / ours:.2f})", flush=True)
             if (size, precision) == ("paper", "fp32"):
                 ours_vs_torch = reference / ours
             if (size, precision) == ("paper", "fp32") and args.compile:
@@ -124,7 +154,8 @@ def main():
     print(f"greedy decoding, {length} steps (output lengths {lengths[0]}..{lengths[-1]}): "
           f"cache {cached_seconds:.2f} s, no cache {uncached_seconds:.2f} s, identical outputs: {cached == uncached}")
     figures = {"train_step_vs_torch": f"{ours_vs_torch:.2f}",
-               "decode_cache_speedup": f"{uncached_seconds / cached_seconds:.1f}"}
+               "decode_cache_speedup": f"{uncached_seconds / cached_seconds:.1f}",
+               **{f"mfu_{size}{'_bf16' * (p == 'bf16')}": f"{u:.2f}" for (size, p), u in utilisation.items()}}
     if "bf16" in precisions:
         figures.update(bf16_speedup=f"{step['paper', 'fp32'] / step['paper', 'bf16']:.1f}",
                        bf16_speedup_cpu=f"{step['cpu', 'fp32'] / step['cpu', 'bf16']:.1f}")

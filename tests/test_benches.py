@@ -53,7 +53,7 @@ def untrained(data, role) -> str:
 
 def tiny_runs(sanstype, spoc) -> dict:
     """Each bench's tiny command, and what its last line must hold."""
-    return {"bench_transformer.py": (["--tiny"], "train_step_vs_torch="),
+    return {"bench_transformer.py": (["--tiny"], "mfu_cpu="),
             "bench_gradients.py": (["--data", str(sanstype), "--init", untrained(sanstype, "predictor"), "--denoiser",
                                     untrained(sanstype, "denoiser"), "--preset", "smoke", "--batches", "2", "--draws",
                                     "2"], "reinforce_vs_direct="),
