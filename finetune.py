@@ -17,7 +17,7 @@ baseline and backtranslation start from random weights; standard and bart from t
 from --init's, and keeps the denoiser Pi frozen (a copy goes into its checkpoint, so that evaluate.py applies it
 unasked). Every method keeps the epoch of the lowest validation loss (composed: of Pi(f(x)), f decoding greedily; on a
 task with a validity command, the epoch whose Pi(f(x)) it passes most often, ties broken by the loss: where the f it
-starts from passes all of val, it is kept unless an epoch lowers the loss), or the one --keep-by names.
+starts from passes all of val, only an epoch that does too and lowers the loss replaces it), or the one --keep-by names.
 """
 import os
 import sys
