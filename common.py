@@ -136,6 +136,19 @@ def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
     return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
 
 
+def dropout(x, p: float, training: bool):
+    """F.dropout: each value zeroed with probability p, the rest scaled by 1 / (1 - p). On the CPU the mask is uniform
+    numbers >= p, the same distribution as torch's Bernoulli draws, which take several times as long there."""
+    if not training or not p or x.is_cuda:
+        return F.dropout(x, p, training)
+    return x * torch.rand(x.shape, device=x.device).ge_(p).div_(1 - p)
+
+
+class Dropout(nn.Dropout):
+    def forward(self, x):
+        return dropout(x, self.p, self.training)
+
+
 class Attention(nn.Module):
     """Multi-head attention. Decoding reads keys and values from a cache: the encoder's, projected once, or its own,
     this step's written at `position` into a slot allocated up front (no step changes a shape)."""
@@ -168,7 +181,7 @@ class Layer(nn.Module):
         super().__init__()
         self.self_attention = Attention(c.d_model, c.n_heads, c.attention_dropout)
         self.cross_attention = Attention(c.d_model, c.n_heads, c.attention_dropout) if decoder else None
-        self.ffn = nn.Sequential(linear(c.d_model, c.d_ff), nn.ReLU(), nn.Dropout(c.activation_dropout),
+        self.ffn = nn.Sequential(linear(c.d_model, c.d_ff), nn.ReLU(), Dropout(c.activation_dropout),
                                  linear(c.d_ff, c.d_model))
         self.self_norm, self.ffn_norm = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
         self.cross_norm = nn.LayerNorm(c.d_model) if decoder else None
@@ -177,11 +190,11 @@ class Layer(nn.Module):
     def forward(self, x, mask, memory=None, memory_mask=None, cache=None, position=None):
         y = self.self_norm(x)
         y = self.self_attention(y, y, mask, cache and cache["self"], position)
-        x = x + F.dropout(y, self.dropout, self.training)
+        x = x + dropout(y, self.dropout, self.training)
         if self.cross_attention is not None:
             y = self.cross_attention(self.cross_norm(x), memory, memory_mask, cache and cache["cross"])
-            x = x + F.dropout(y, self.dropout, self.training)
-        return x + F.dropout(self.ffn(self.ffn_norm(x)), self.dropout, self.training)
+            x = x + dropout(y, self.dropout, self.training)
+        return x + dropout(self.ffn(self.ffn_norm(x)), self.dropout, self.training)
 
 
 class Decoded(NamedTuple):
@@ -210,7 +223,7 @@ class Transformer(nn.Module):
         """Embeddings plus positions; one_hot: the tokens as (B, T, V) rows, as straight-through feeds Pi y'."""
         vectors = self.embed(tokens) if one_hot is None else one_hot @ self.embed.weight
         positions = self.positions[:tokens.shape[1]] if positions is None else positions
-        return F.dropout(vectors * math.sqrt(self.config.d_model) + positions, self.config.dropout, self.training)
+        return dropout(vectors * math.sqrt(self.config.d_model) + positions, self.config.dropout, self.training)
 
     def encode(self, src, one_hot=None):
         """src (B, S) PAD-padded ids -> (memory (B, S, D), its mask (B, 1, 1, S): True where a key may be read)."""

@@ -1,4 +1,5 @@
 """The hand-written Transformer: masks, the decoding cache, sampling, and that it learns."""
+import pytest
 import torch
 
 import common
@@ -195,3 +196,19 @@ def test_sequence_loss_ignores_padding():
     expected = torch.nn.functional.cross_entropy(torch.stack([logits[0, 0], logits[0, 1], logits[1, 0]]),
                                                  torch.tensor([5, 6, 7]))
     assert torch.allclose(common.sequence_loss(logits, targets), expected)
+
+
+def test_dropout_zeroes_a_share_p_of_the_values_and_scales_the_rest_on_the_cpu():
+    """common.dropout (the Transformer's, on the CPU): each value zeroed with probability p, the others scaled by
+    1 / (1 - p), the gradient the same mask; in eval mode the input as it is."""
+    torch.manual_seed(0)
+    x = torch.ones(200, 1000, requires_grad=True)
+    y = common.dropout(x, 0.4, True)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.6) < 0.005  # 200,000 draws: 0.0011 is one standard deviation
+    assert torch.allclose(y[kept], torch.tensor(1 / 0.6))
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())
+    assert common.dropout(x, 0.4, False) is x
+    ffn = Transformer(TransformerConfig(vocab_size=8, d_model=8, d_ff=16, activation_dropout=0.5)).decoder[0].ffn
+    assert ffn[2](torch.ones(10_000)).eq(0).float().mean().item() == pytest.approx(0.5, abs=0.02)
