@@ -496,15 +496,15 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None, stage
     try:  # the folder read above, unless a resumed run's --data is another one (or there was none)
         args.manifest = data if args.data == read else read_data_folder(args.data)
         args.dataset, device = args.manifest["dataset"], pick_device(args.device)
-        smoothing = [(float(value), int(epochs or 1)) for value, _, epochs in  # (VALUE, EPOCHS)
-                     (stage.partition(":") for stage in args.label_smoothing.split(","))]
-        if min(epochs for _, epochs in smoothing) < 1:
+        stages = [stage.partition(":") for stage in args.label_smoothing.split(",")]  # (VALUE, ":", EPOCHS)
+        smoothing = [float(value) for value, _, _ in stages]
+        if any(int(epochs) < 1 for _, _, epochs in stages if epochs):
             raise ValueError
     except UsageError as error:
         parser.error(str(error))
     except ValueError:
         parser.error(f"--label-smoothing {args.label_smoothing!r}: a number, or VALUE:EPOCHS,...,VALUE (EPOCHS >= 1)")
-    check_ranges(parser, argparse.Namespace(label_smoothing=[value for value, _ in smoothing]), fraction="label_smoothing")
+    check_ranges(parser, argparse.Namespace(label_smoothing=smoothing), fraction="label_smoothing")
     check_ranges(parser, args, at_least_1="epochs batch_size patience d_model n_heads layers d_ff", positive="lr",
                  not_negative="warmup_steps warmup_start_lr weight_decay clip_norm",
                  fraction="dropout attention_dropout activation_dropout")
