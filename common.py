@@ -53,15 +53,17 @@ def never_generated(vocab_size: int, device) -> torch.Tensor:
 STRUCTURE_PIECES = ["▁$", "▁~", "▁TAB"]
 
 
-def train_tokenizer(lines: list[str], vocab_size: int, split_digits: bool = False) -> bytes:
-    """A BPE model's bytes, of vocab_size pieces or as many as the lines support (said so); the same lines give the
-    same bytes. split_digits: each digit a piece of its own, so that a model can copy numbers."""
+def train_tokenizer(lines: list[str], vocab_size: int, split_digits: bool = False, verbatim: list[str] = ()) -> bytes:
+    """A BPE model's bytes, of vocab_size pieces or as many as the lines support (said so); same lines, same bytes.
+    split_digits: each digit a piece, so that a model can copy numbers. verbatim: texts to give back as they are."""
     def train(size):
-        model = io.BytesIO()
+        model = io.BytesIO()  # verbatim: no NFKC, spaces kept, a piece per character (but " " and "▁", its own space)
+        kept = dict(normalization_rule_name="identity", remove_extra_whitespaces=False,
+                    required_chars="".join(sorted(set("".join(verbatim)) - {" ", "▁"}))) if verbatim else {}
         sentencepiece.SentencePieceTrainer.train(
             sentence_iterator=iter(lines), model_writer=model, model_type="bpe", vocab_size=size,
             character_coverage=1.0, user_defined_symbols=STRUCTURE_PIECES, num_threads=1, split_digits=split_digits,
-            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID, minloglevel=2)
+            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID, minloglevel=2, **kept)
         return model.getvalue()
     try:
         model, pieces = train(vocab_size), vocab_size
@@ -137,14 +139,18 @@ def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
 
 
 def dropout(x, p: float, training: bool):
-    """F.dropout: each value zeroed with probability p, the rest scaled by 1 / (1 - p). On the CPU the mask is uniform
-    numbers >= p, the same distribution as torch's Bernoulli draws, which take several times as long there."""
-    if not training or not p or x.is_cuda:
+    """F.dropout: each value zeroed with probability p, the rest scaled by 1 / (1 - p), in x's dtype. On the CPU the
+    mask is uniform numbers >= p: Bernoulli(1 - p) draws, which torch's own take several times as long to make there."""
+    if not training or p in (0, 1) or x.is_cuda:
         return F.dropout(x, p, training)
-    return x * torch.rand(x.shape, device=x.device).ge_(p).div_(1 - p)
+    return x * torch.rand(x.shape, device=x.device).ge_(p).div_(1 - p).to(x.dtype)
 
 
-class Dropout(nn.Dropout):
+class Dropout(nn.Module):
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
     def forward(self, x):
         return dropout(x, self.p, self.training)
 
@@ -634,16 +640,19 @@ def canonical_smiles(smiles: str) -> str | None:
 # (Bengio et al., 2013).
 #
 # composed_loss: weight * (first term) + lam * (direct term), each summed over tokens and divided by the batch's gold
-# tokens (fairseq's scale). Pi is frozen (eval mode). baseline b: the mean reward of the batch's other inputs ("batch")
-# or 0 ("none", the paper's). error_free: Pi's error detector g (SPoC, Appendix E), which passes a y' as it is. A batch
-# of inputs with no gold output (targets of one PAD each: finetune.py --unlabeled-inputs) has the first term alone,
-# rewarded by log p_beta(y' | y'): Pi's likelihood of leaving y' as it is. Pi reads y' as the ids f chose; evaluate.py
-# and predict.py hand Pi f's decoded text, encoded again (common.denoise), and a text's encoding need not be those ids.
+# tokens (fairseq's scale); in Eq. 1's form (first term weighted 1), lambda = lam / weight: 0.1 and 1 are lambda = 10,
+# the loss scaled by 0.1. Pi is frozen, in eval mode (checked). baseline b: the mean reward of the batch's other inputs
+# ("batch") or 0 ("none", the paper's). error_free: Pi's error detector g (SPoC, Appendix E), which passes a y' as it
+# is. A batch of inputs with no gold output (targets of one PAD each: finetune.py --unlabeled-inputs) has the first
+# term alone, rewarded by log p_beta(y' | y'): Pi's likelihood of leaving y' as it is. Pi reads y' as the ids f chose;
+# evaluate.py and predict.py hand Pi f's text, encoded again (common.denoise): a text's encoding need not be those ids.
 # Shapes: B inputs; widths S of the sources, T of the gold (none: L + 1), L of the samples; V the vocabulary; grad: f's.
 
 def composed_loss(f, denoiser, src, tgt_in, tgt_out, estimator="reinforce", baseline="batch", gamma=-50.0,
                   weight=0.1, lam=1.0, label_smoothing=0.0, error_free=None, max_len=None):
     """A loss whose gradient estimates minus Eq. 1's for a batch."""
+    if denoiser.training:  # (its dropout would make the reward, Pi's score of y', noisier than Pi is at test time)
+        raise ValueError("composed_loss: Pi must be in eval mode and frozen: denoiser.eval().requires_grad_(False)")
     no_gold = tgt_out.shape[1] == 1 and bool((tgt_out == PAD_ID).all())
     max_len = max_len or output_length_limit(f, src, None if no_gold else tgt_out)
     # y' is drawn as f predicts, without dropout, and scored below with it (f in train mode), as the direct term is
@@ -663,7 +672,7 @@ def composed_loss(f, denoiser, src, tgt_in, tgt_out, estimator="reinforce", base
                 right = same_sequences(y_prime_eos, y_out)              # (B,) y' is y
                 reward = torch.where(error_free(y_prime), torch.where(right, 0.0, gamma), reward)
             reward = reward.clamp(min=gamma)
-        # b (B,), no grad: the other inputs' mean (b may not depend on the sample it is subtracted from: unbiased)
+        # b, no grad: (B,) the other inputs' mean (not the sample it is subtracted from: unbiased); none or one input: 0
         b = (reward.sum() - reward) / (len(reward) - 1) if baseline == "batch" and len(reward) > 1 else 0.0
         first_term = -((reward - b) * log_p_sample).sum()               # () REINFORCE's surrogate; grad
     else:  # straight-through: the gradient reaches f through Pi's input

@@ -9,8 +9,7 @@
     python evaluate.py --predictions data/spoc/testw.tgt --data data/spoc --split testw   # SPoC (make_spoc.py)
     python evaluate.py --predictions data/spoc/testw.tgt --data data/spoc --split testw \\
         --denoiser runs/spoc/denoiser/model.pt    # Pi(gold): how many correct outputs Pi keeps correct
-    python evaluate.py runs/standard/model.pt --data data/spoc --splits testw,testp      # a model trained on it
-    python evaluate.py runs/molecules/standard/model.pt --data data/molecules   # SMILES judged by RDKit
+    python evaluate.py runs/spoc/standard/model.pt                              # on the data it was trained on
 
 Verdicts (a JSON line per output) and a summary go beside the model: eval_<split>[_denoised][_<noise>].jsonl, .json
 (_<noise>: a Pi of another noise, as Table 5's _random; one over another Pi's evaluation is refused). --predictions
@@ -72,15 +71,11 @@ def pi_noise(record: dict, prefix: str = "") -> dict:
 
 
 def default_splits(data: str) -> str:
-    """test,ood for SansType and molecules; a task's test (and ood if it has one); SPoC's testw,testp it has."""
-    dataset = harness.read_data_folder(data)["dataset"]
-    if dataset in ("sanstype", "molecules"):
-        return "test,ood"
-    if dataset == "task":  # ood if make_task.py was given one
-        return "test,ood" if os.path.isfile(os.path.join(data, "ood.src")) else "test"
-    splits = [s for s in ("testw", "testp") if os.path.isfile(os.path.join(data, f"{s}.src"))]
+    """The test splits the data has: SPoC's testw and testp, the others' test and ood (a task's where it has one)."""
+    wanted = ("testw", "testp") if harness.read_data_folder(data)["dataset"] == "spoc" else ("test", "ood")
+    splits = [split for split in wanted if os.path.isfile(os.path.join(data, f"{split}.src"))]
     if not splits:
-        raise common.UsageError(f"{data} has neither testw nor testp: name the splits with --splits")
+        raise common.UsageError(f"{data} has neither {' nor '.join(wanted)}: name the splits with --splits")
     return ",".join(splits)
 
 
@@ -144,10 +139,10 @@ def summarize(verdicts: list[dict]) -> dict:
     summary = {"n": n, "compiled": None if any(v.get("unjudged") for v in verdicts) else
                sum(v["verdict"] not in ("compile_error", "invalid") for v in verdicts) / n,
                "accuracy": sum(v["verdict"] == "correct" for v in verdicts) / n}
-    if "f1" in verdicts[0]:  # words: the outputs' words over the gold's
-        gold_words = sum(v["gold_words"] for v in verdicts)
-        summary.update(words=sum(v["words"] for v in verdicts) / gold_words if gold_words else None,
-                       token_f1=sum(v["f1"] for v in verdicts) / n)
+    if "f1" in verdicts[0]:  # words: the outputs' over the gold's; neither where each gold is one word (F1 = exact)
+        gold_words, one_word = sum(v["gold_words"] for v in verdicts), all(v["gold_words"] == 1 for v in verdicts)
+        summary.update(words=sum(v["words"] for v in verdicts) / gold_words if gold_words and not one_word else None,
+                       token_f1=None if one_word else sum(v["f1"] for v in verdicts) / n)
     return summary
 
 
@@ -185,14 +180,19 @@ def judge_predictions(args):
 
 def result_line(split: str, summary: dict) -> str:
     n, valid, right = summary["n"], spread([percent(summary["compiled"])]), f"{100 * summary['accuracy']:.1f}"
-    if "token_f1" in summary:  # a task of one's own, in its own words
-        return f"{split}: n={n}  valid {valid}%  exact {right}%  words {spread([percent(summary['words'])])}% of " \
-               f"the gold's  token F1 {100 * summary['token_f1']:.1f}"
-    return f"{split}: n={n}  compiled {valid}%  accuracy {right}%"
+    if "token_f1" not in summary:
+        return f"{split}: n={n}  compiled {valid}%  accuracy {right}%"
+    near = "(every gold one word: no words or token F1, which would repeat exact)" if summary["token_f1"] is None \
+        else f"words {spread([percent(summary['words'])])}% of the gold's  token F1 {100 * summary['token_f1']:.1f}"
+    return f"{split}: n={n}  valid {valid}%  exact {right}%  {near}"  # a task of one's own, in its own words
 
 
 def evaluate_model(args):
     """Model mode: decode every split greedily, denoise (--denoiser, or a composed model's own), judge, write, print."""
+    if not args.data:  # the folder it was trained on, as its checkpoint says
+        args.data = harness.load_checkpoint(args.model, ("args",))["args"]["data"]
+        if not os.path.isfile(os.path.join(args.data, "dataset.json")):  # (moved, or another working folder)
+            raise common.UsageError(f"{args.model} was trained on {args.data}, which holds no data here: give --data")
     manifest = harness.read_data_folder(args.data)
     spm, dataset, authors_splits = manifest["spm"], manifest["dataset"], manifest.get("authors_splits", [])
     splits = check_splits(args.data, args.splits or default_splits(args.data), "--splits")
@@ -204,7 +204,7 @@ def evaluate_model(args):
     noise = pi_noise(denoiser_checkpoint) if given else pi_noise(checkpoint, "denoiser_")
     denoiser = harness.to_device(denoiser, device) if denoiser else None
     error_free = harness.error_detector(denoiser_checkpoint) if denoiser else None  # Pi's g, if it has one
-    method = checkpoint.get("method", "?")
+    method, kept_epoch = checkpoint.get("method", "?"), checkpoint.get("epoch")  # epoch 0: the model it started from
     if method == "composed" and checkpoint.get("init_method") not in (None, "standard"):
         method += "+" + checkpoint["init_method"]
     layers = f"{model.config.encoder_layers}+{model.config.decoder_layers}"  # a run's --layers is each side's
@@ -233,7 +233,7 @@ def evaluate_model(args):
         summary = dict(summarize(verdicts), dataset=dataset, method=method, layers=layers,
                        deep=checkpoint.get("deep", False), preset=checkpoint["args"].get("preset"), **noise,
                        denoised=bool(denoiser), split=split, authors_split=split in authors_splits, model=args.model,
-                       denoiser=args.denoiser or ("(its own)" if denoiser else None),
+                       denoiser=args.denoiser or ("(its own)" if denoiser else None), kept_epoch=kept_epoch,
                        seed=checkpoint["args"].get("seed"), settings=run_settings(checkpoint["args"]),
                        pi_seed=own_pi and own_pi["seed"], pi=own_pi and own_pi["settings"], test_pi=test_pi)
         with open(os.path.join(folder, name + ".json"), "w") as f:
@@ -289,8 +289,7 @@ def group_label(group: list[dict]) -> str:
 
 
 def by_seed(summaries: list[dict]) -> list[list[dict]]:
-    """The table's rows: runs that differ only by their seed or the seed of the Pi they were fine-tuned from, together,
-    in the order of their seeds (runs through a test-time Pi of another seed: a row of their own)."""
+    """The table's rows: runs alike but for their seed and their Pi's (print_table), in the order of their seeds."""
     groups = {}
     for s in summaries:
         key = tuple(json.dumps(s.get(name), sort_keys=True) for name in (
@@ -314,14 +313,19 @@ def counted(n: int, group: list[dict]) -> str:
 
 METHOD_ORDER = ("baseline", "standard", "composed", "bart", "composed+bart", "backtranslation",
                 "composed+backtranslation")
-# The paired rows of the README's Table 2: (row, the row it is compared with), a row being (method, Pi?).
-PAIRED = [(("standard", False), ("baseline", False)), (("baseline", True), ("baseline", False)),
+PAIRED = [(("standard", False), ("baseline", False)), (("baseline", True), ("baseline", False)),  # a - b (print_table)
           (("standard", True), ("standard", False)), (("composed", True), ("standard", False)),
-          (("composed", True), ("standard", True))]
+          (("composed", True), ("standard", True)), (("composed", True), ("control", True)),
+          (("control", True), ("standard", False)), (("control", True), ("standard", True))]
 
 
 def print_table(args):
-    """The README's layout: a row per group of runs (mean ± std), each split's numbers and the paper's, then PAIRED."""
+    """The README's layout in Markdown: a row per group of runs, each split's numbers and the paper's, then PAIRED's.
+    A group (by_seed): runs alike in dataset, method, layers, deep, preset, corruption, denoised, split, authors_split,
+    pi, test_pi and settings (all flags but seed, device, paths); a cell: mean ± the sample std over the group's seeds.
+    A paired row: a - b for a pair of PAIRED (rows as (method or control, Pi?); control: --composed-weight 0) of groups
+    comparable (same data, preset, layers, split, SAME_IN_PAIRS settings; Pis, where both have one), run minus run as
+    seeds_of pairs them (Pi seed and seed; seed alone if one has no Pi). Stderr: runs that kept epoch 0, their start."""
     folders = {}
     for folder in args.table:  # each folder once, however it is spelled
         folders.setdefault(os.path.realpath(folder), folder)
@@ -344,6 +348,10 @@ def print_table(args):
     print(markdown_table(groups, paired))
     if unevaluated:
         print(f"not evaluated (no eval_*.json): {' '.join(unevaluated)}", file=sys.stderr)
+    kept_start = " ".join(dict.fromkeys(s["run"] for s in summaries if s.get("kept_epoch") == 0))  # each run once
+    if kept_start:  # (their rows are the f they started from, and their pairs with it no finding)
+        print(f"kept epoch 0, the f they started from (their rows are that f's; a +0.0 beside it, no finding): "
+              f"{kept_start}; try more --epochs or --patience, or another --lr", file=sys.stderr)
 
 
 def run_names(folders: list[str]) -> dict:
@@ -358,35 +366,28 @@ def run_names(folders: list[str]) -> dict:
 
 
 def markdown_table(groups: list[list[dict]], paired: list) -> str:
-    splits = list(dict.fromkeys(split_name(group[0]) for group in groups))
-    rows, differences = {}, {}
-    for group in groups:
-        rows.setdefault(row_name(group), {})[split_name(group[0])] = group
+    splits, rows = list(dict.fromkeys(split_name(group[0]) for group in groups)), {}
+    for group in groups:  # a row: (its runs counted, {split: (our cells, the paper's)})
+        paper = paper_numbers(group[0])
+        rows.setdefault(row_name(group), (counted(len(group), group), {}))[1][split_name(group[0])] = (
+            [spread([percent(r[key]) for r in group]) for key in ("compiled", "accuracy")],
+            " / ".join(spread([x]) for x in paper) if paper != (None, None) else "")
     for a, b, (compiled, accuracy) in paired:
         minus = f"({row_name(b)})" if " + " in row_name(b) else row_name(b)
-        differences.setdefault(f"{row_name(a)} - {minus}, paired", {})[split_name(a[0])] = (a, b, compiled, accuracy)
+        of_a, of_b = paper_numbers(a[0]), paper_numbers(b[0])  # the paper's
+        paper = " / ".join(f"{x - y:+.1f}" if None not in (x, y) else "-" for x, y in zip(of_a, of_b))
+        rows.setdefault(f"{row_name(a)} - {minus}, paired", (counted(len(compiled), a), {}))[1][split_name(a[0])] = (
+            [spread(compiled, "+"), spread(accuracy, "+")], paper if (None, None) not in (of_a, of_b) else "")
     # A task of one's own and the molecules are judged as valid and exact, and the paper has no numbers for them.
     task_like = all(g[0].get("dataset") in ("task", "molecules") for g in groups)
     judged, with_paper = (("valid", "exact"), False) if task_like else (("compiled", "accuracy"), True)
     lines = ["| runs (seeds) | " + " | ".join(f"{split} {judged[0]} | {split} {judged[1]}" for split in splits) +
              "".join(f" | paper: {split} compiled / accuracy" for split in splits if with_paper) + " |",
              "| --- " * (1 + (2 + with_paper) * len(splits)) + "|"]
-    for name, by_split in rows.items():
-        ours = [spread([percent(r[key]) for r in by_split[split]]) if split in by_split else ""
-                for split in splits for key in ("compiled", "accuracy")]
-        theirs = [" / ".join(spread([x]) for x in paper) if paper != (None, None) else ""
-                  for paper in (paper_numbers(by_split[s][0]) if s in by_split else (None, None) for s in splits)]
-        group = next(iter(by_split.values()))
-        lines.append(f"| {name} ({counted(len(group), group)}) | " + " | ".join(ours + theirs * with_paper) + " |")
-    for name, by_split in differences.items():
-        ours = [spread(by_split[split][k], "+") if split in by_split else "" for split in splits for k in (2, 3)]
-        theirs = []
-        for split in splits:
-            a, b = (paper_numbers(by_split[split][k][0]) if split in by_split else (None, None) for k in (0, 1))
-            theirs.append(" / ".join(f"{x - y:+.1f}" if None not in (x, y) else "-" for x, y in zip(a, b))
-                          if (None, None) not in (a, b) else "")
-        group, _, _, points = next(iter(by_split.values()))
-        lines.append(f"| {name} ({counted(len(points), group)}) | " + " | ".join(ours + theirs * with_paper) + " |")
+    for name, (count, by_split) in rows.items():
+        cells = [by_split.get(split, (["", ""], "")) for split in splits]
+        ours, theirs = [cell for two, _ in cells for cell in two], [paper for _, paper in cells]
+        lines.append(f"| {name} ({count}) | " + " | ".join(ours + theirs * with_paper) + " |")
     return "\n".join(lines)
 
 
@@ -401,7 +402,8 @@ def comparable(a: dict, b: dict) -> bool:
     same &= all(None in (a.get(key), b.get(key)) or a[key] == b[key] for key in ("pi", "test_pi", "corruption"))
     if "settings" in a and "settings" in b:
         same &= all(a["settings"].get(name) == b["settings"].get(name) for name in SAME_IN_PAIRS)
-    return same and ((a["method"], a["denoised"]), (b["method"], b["denoised"])) in PAIRED
+    control = lambda s: s["method"] == "composed" and s.get("settings", {}).get("composed_weight") == 0  # noqa: E731
+    return same and tuple(("control" if control(s) else s["method"], s["denoised"]) for s in (a, b)) in PAIRED
 
 
 def seed_by_seed(a: list[dict], b: list[dict]) -> tuple[list, list] | None:
@@ -410,10 +412,8 @@ def seed_by_seed(a: list[dict], b: list[dict]) -> tuple[list, list] | None:
     key = seeds_of if both_have_a_pi else (lambda s: s["seed"])
     b_of = {key(s): s for s in b if s.get("seed") is not None}
     pairs = [(s, b_of[key(s)]) for s in a if s.get("seed") is not None and key(s) in b_of]
-    if not pairs:
-        return None
     return tuple([None if None in (x[key], y[key]) else 100 * (x[key] - y[key]) for x, y in pairs]
-                 for key in ("compiled", "accuracy"))
+                 for key in ("compiled", "accuracy")) if pairs else None
 
 
 def row_name(group: list[dict]) -> str:
@@ -448,8 +448,9 @@ def main(argv=None):
     add("--split", help="with --predictions: the split they answer (default: test)")
     add("--json", help="with --predictions: also write the summary here")
     given = harness.ArgumentParser(prog="evaluate.py", add_help=False)  # --help shows the --data given as its default
-    given.add_argument("--data", default="data/sanstype")
-    add("--data", default=given.parse_known_args(argv)[0].data, help="the data folder the model was trained on")
+    given.add_argument("--data")
+    add("--data", default=given.parse_known_args(argv)[0].data, help="the data folder the model was trained on (not "
+        "given: a model's own, as its checkpoint names it; the predictions': data/sanstype)")
     add("--batch-size", type=int, default=64, help="inputs decoded at once")
     add("--device", help="cuda or cpu (default: cuda when there is one)")
     args = parser.parse_args(argv)
@@ -463,7 +464,7 @@ def main(argv=None):
     for name in not_applicable:
         if getattr(args, name) not in (None, False):
             parser.error(f"--{name} does not apply to {mode}")
-    args.split = args.split or "test"
+    args.split, args.data = args.split or "test", args.data or (None if args.model else "data/sanstype")
     harness.run_main("evaluate.py", work, args)
 
 

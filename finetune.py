@@ -29,7 +29,6 @@ import harness
 
 METHODS = ("baseline", "standard", "bart", "composed", "backtranslation")
 PI, STANDARD = "runs/denoiser/model.pt", "runs/standard/model.pt"  # where Pi and composed's f come from by default
-STAGES = ("frozen", "reverse", "synthetic.*", "mixed")  # made before the last stage: bart's, then backtranslation's
 # Every value a predictor trains with: a block per preset (SPoC's and a task's own where their data takes them), a row
 # per setting, and where the methods differ a value per method, in METHODS' order; None: a method has no such setting
 # (its flag is refused). A flag given wins. paper: the authors' fairseq commands, composed's their released command (a
@@ -136,8 +135,8 @@ def parse_args(argv=None):
         composed.add_argument(f"--{name}", type=float, help=text)
     composed.add_argument("--unlabeled-inputs", type=int, metavar="N", help="the first term also over N inputs with "
                           "no gold an epoch (DATA/unlabeled.src; 0: none)")
-    parser.epilog = "Defaults: the preset's for the data given (without --method: standard's); a flag given wins."
-    args = harness.parse_training_args(parser, argv, preset_values, stages=STAGES)
+    parser.epilog = "Defaults: the preset's for the data and --method given (none given: standard's); a flag wins."
+    args = harness.parse_training_args(parser, argv, preset_values)
     for name, value in preset_values(args.manifest, args).items():
         if value is None and getattr(args, name) is not None:
             parser.error(f"--{name.replace('_', '-')} does not apply to --method {args.method}")
@@ -181,8 +180,8 @@ def finetune(args):
     if args.method in ("baseline", "backtranslation"):
         model = common.Transformer(config)
     elif args.method == "composed":  # f from --init, with this run's dropouts; Pi frozen: a fixed function of y'
-        model, init = harness.load_model(args.init, spm, spm_path, "predictor", config)
-        denoiser, pi = harness.load_model(args.denoiser, spm, spm_path, "denoiser")
+        model, init = harness.load_model(args.init, spm, spm_path, "predictor", config, "--init")
+        denoiser, pi = harness.load_model(args.denoiser, spm, spm_path, "denoiser", flag="--denoiser")
         if args.resume:
             check_same_denoiser(args, pi)
         device = harness.pick_device(args.device)
@@ -198,39 +197,40 @@ def finetune(args):
         extra.update(init_method=init.get("method"), denoiser={key: pi.get(key) for key in (
             "config", "model", "error_detector", "valid_data", "args", "corruption", "own_noise", "paper_table")})
     else:
-        model, pi = harness.load_model(args.denoiser, spm, spm_path, "denoiser", config)
+        model, pi = harness.load_model(args.denoiser, spm, spm_path, "denoiser", config, "--denoiser")
     if args.method in ("standard", "bart", "composed"):  # Pi's noise and settings, for evaluate.py's tables
         extra.update({f"denoiser_{key}": pi.get(key) for key in ("corruption", "own_noise", "paper_table", "args")})
     inputs_alone = unlabeled_inputs(args, tokenizer) if args.unlabeled_inputs else lambda epoch: []
-    harness.claim_output(args, STAGES)  # every input checked: now the run may begin
+    harness.claim_output(args)  # every input checked: now the run may begin
     print(f"{args.method}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, {len(train_pairs)} "
           f"labeled pairs, {args.dataset} preset {args.preset}\nsettings: {harness.settings_line(args)}",
           file=sys.stderr)
     if args.method == "backtranslation":
         state = backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra)
     elif args.method == "bart":  # the encoder alone in frozen/, then every weight in --out
-        frozen_dir = os.path.join(args.out, "frozen")
         for frozen in (model.decoder, model.decoder_norm):  # the encoder and the shared embeddings train, as the
             frozen.requires_grad_(False)                     # authors ran it (Appendix D)
-        harness.train(model, args, frozen_dir, extra, lambda epoch: train_pairs, val_pairs, args.frozen_epochs)
+        harness.train(model, args, extra, lambda epoch: train_pairs, val_pairs, "frozen", args.frozen_epochs)
         model.requires_grad_(True)
-        model.load_state_dict(harness.load_checkpoint(os.path.join(frozen_dir, "model.pt"))["model"])
-        state = harness.train(model, args, args.out, extra, lambda epoch: train_pairs, val_pairs,
-                              args.epochs - args.frozen_epochs)
+        model.load_state_dict(harness.load_checkpoint(os.path.join(args.out, "frozen", "model.pt"))["model"])
+        state = harness.train(model, args, extra, lambda epoch: train_pairs, val_pairs,
+                              epochs=args.epochs - args.frozen_epochs)
     else:
         val_share = judged_share(args, tokenizer, composed, g) if args.keep_by != "loss" else None
-        state = harness.train(model, args, args.out, extra, lambda epoch: train_pairs + inputs_alone(epoch), val_pairs,
+        state = harness.train(model, args, extra, lambda epoch: train_pairs + inputs_alone(epoch), val_pairs,
                               composed=composed, val_share=val_share)
     share = "" if state["best_share"] is None else f", val share {state['best_share']:.1%}" + (
         ": every output passes, so the loss chose among such epochs" if state["best_share"] == 1 else "")
+    start = "" if state["best_epoch"] else f": the f it started from (--init), unchanged: no epoch it trained (of " \
+        f"{state['epoch']}) beat it on val; more --epochs or --patience, or another --lr, may train one that does"
     print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}{share}) -> "
-          f"{os.path.join(args.out, 'model.pt')}")
+          f"{os.path.join(args.out, 'model.pt')}{start}")
 
 
 def check_same_denoiser(args, checkpoint):
     """--resume of composed goes on against the Pi its checkpoints hold a copy of: refuse another written at
     --denoiser's path since (the settings a resume checks name Pi's path, not its weights)."""
-    ran = harness.checkpoint_ran_with(args.out, STAGES)
+    ran = harness.checkpoint_ran_with(args.out)
     held = harness.load_checkpoint(ran, needs=("denoiser",))["denoiser"]["model"] if ran else None
     given = checkpoint["model"]
     if held is not None and (held.keys() != given.keys() or not all(torch.equal(held[k], given[k]) for k in given)):
@@ -273,13 +273,12 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
       2. it writes inputs for unlabeled outputs (synthetic.src / synthetic.tgt);
       3. mixed/: the predictor learns from labeled + synthetic pairs, from scratch, and is then fine-tuned on the
          labeled pairs alone (--out/model.pt)."""
-    reverse_dir, mixed_dir = os.path.join(args.out, "reverse"), os.path.join(args.out, "mixed")
     swap = lambda pairs: [(y, x) for x, y in pairs]  # noqa: E731
     print("backtranslation 1/3: outputs -> inputs on the labeled pairs", file=sys.stderr)
     reverse = common.Transformer(model.config)
-    harness.train(reverse, args, reverse_dir, {**extra, "method": "backtranslation-reverse"},
-                  lambda epoch: swap(train_pairs), swap(val_pairs), args.reverse_epochs)
-    reverse.load_state_dict(harness.load_checkpoint(os.path.join(reverse_dir, "model.pt"))["model"])
+    harness.train(reverse, args, {**extra, "method": "backtranslation-reverse"}, lambda epoch: swap(train_pairs),
+                  swap(val_pairs), "reverse", args.reverse_epochs)
+    reverse.load_state_dict(harness.load_checkpoint(os.path.join(args.out, "reverse", "model.pt"))["model"])
 
     synthetic_src, synthetic_tgt = os.path.join(args.out, "synthetic.src"), os.path.join(args.out, "synthetic.tgt")
     if not (args.resume and os.path.exists(synthetic_tgt)):
@@ -293,10 +292,10 @@ def backtranslate(model, tokenizer, train_pairs, val_pairs, args, extra) -> dict
 
     print(f"backtranslation 3/3: on {len(train_pairs)} labeled + {len(synthetic)} synthetic pairs, then on the "
           "labeled pairs alone", file=sys.stderr)
-    harness.train(model, args, mixed_dir, {**extra, "method": "backtranslation-mixed"},
-                  lambda epoch: train_pairs + synthetic, val_pairs)
-    model.load_state_dict(harness.load_checkpoint(os.path.join(mixed_dir, "model.pt"))["model"])
-    return harness.train(model, args, args.out, extra, lambda epoch: train_pairs, val_pairs, args.labeled_epochs)
+    harness.train(model, args, {**extra, "method": "backtranslation-mixed"}, lambda epoch: train_pairs + synthetic,
+                  val_pairs, "mixed")
+    model.load_state_dict(harness.load_checkpoint(os.path.join(args.out, "mixed", "model.pt"))["model"])
+    return harness.train(model, args, extra, lambda epoch: train_pairs, val_pairs, epochs=args.labeled_epochs)
 
 
 if __name__ == "__main__":

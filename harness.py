@@ -46,8 +46,22 @@ def claim_data_folder(out: str, overwrite: bool):
     """Refuse, before any work, a data folder that cannot be written or holds data, unless told to --overwrite it."""
     check_writable(out)
     if os.path.exists(os.path.join(out, "dataset.json")) and not overwrite:
-        raise UsageError(f"--out {out}: there is data there already (dataset.json); --overwrite writes over its files "
-                         "(one the new data lacks stays), or name another folder")
+        raise UsageError(f"--out {out}: there is data there already (dataset.json); --overwrite writes the new data "
+                         "there (make_task.py, make_spoc.py with train: the old goes first), or name another folder")
+
+
+# Every file a make_*.py writes, named here alone: --overwrite removes them first (an old ood split would be judged);
+# the user's own files stay (unlabeled.src may be one: finetune.py --unlabeled-inputs reads it).
+MADE_FILES = ["unlabeled.tgt", "spm.model", "dataset.json"] + [f"{split}.{end}" for split in (
+    "train", "val", "test", "ood", "testw", "testp") for end in ("src", "tgt", "inp", "out", "ids", "cases.jsonl")]
+
+
+def remove_made_files(out: str, keep=()):
+    """The MADE_FILES in out go, but the paths in keep (this run's inputs)."""
+    keep = {os.path.realpath(path) for path in keep if path}
+    for path in (os.path.join(out, name) for name in MADE_FILES):
+        if os.path.isfile(path) and os.path.realpath(path) not in keep:
+            os.remove(path)
 
 
 def read_data_folder(data_dir: str) -> dict:
@@ -90,9 +104,10 @@ def valid_outputs(data_dir: str, outputs: list[str]) -> list[bool] | None:
 # so that loading it needs no other file. Training writes model.pt (the kept epoch) and last.pt (the latest, with the
 # optimizer, the random states and the history: --resume's), each through a temporary file.
 
-def load_checkpoint(path: str, needs=("config", "model", "spm")) -> dict:
-    if not os.path.isfile(path):
-        raise UsageError(f"no checkpoint at {path}" + f" (from {os.getcwd()})" * (not os.path.isabs(path)))
+def load_checkpoint(path: str, needs=("config", "model", "spm"), flag: str | None = None) -> dict:
+    if not os.path.isfile(path):  # flag: the one that names another (where a default path was taken)
+        raise UsageError(f"no checkpoint at {path}" + f" (from {os.getcwd()})" * (not os.path.isabs(path)) +
+                         f": train it, or give {flag} PATH" * bool(flag))
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # pickle, zip or torch errors: whatever it is, it is not ours
@@ -116,9 +131,10 @@ def save_checkpoint(path: str, payload: dict):
         os.remove(stale)
 
 
-def load_model(path: str, spm: bytes, spm_path: str, role: str, config: common.TransformerConfig | None = None):
+def load_model(path: str, spm: bytes, spm_path: str, role: str, config: common.TransformerConfig | None = None,
+               flag: str | None = None):
     """(model, checkpoint) of a role, a tokenizer (spm, spm_path's) and config's sizes (the model its dropouts)."""
-    checkpoint = load_checkpoint(path)
+    checkpoint = load_checkpoint(path, flag=flag)
     if checkpoint.get("role") != role:
         raise UsageError(f"{path} is a {checkpoint.get('method', '')} {checkpoint.get('role', 'unknown')} "
                          f"checkpoint, where a {role} is needed".replace("  ", " "))
@@ -192,18 +208,22 @@ def check_output_file(path: str, flag: str = "--out"):
     check_writable(path, flag, folder=os.path.dirname(path) or ".")
 
 
-# What a resume may change (and its script's may_change): how long it goes on (a staged run: its last stage and those
-# not begun) and where it runs; any other setting would make it another run. Resumed as it was, a run ends on the CPU
-# bit for bit as an unbroken one; another --epochs moves the rest of a linear decay, another --device the arithmetic.
+# What a resume may change (and its script's may_change): how long it goes on (but a stage the next began from) and
+# where it runs; any other setting would make it another run. Resumed as it was, a run ends on the CPU bit for bit as
+# an unbroken one; another --epochs moves the rest of a linear decay, another --device the arithmetic.
 MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out")
 INVOCATION = ("resume", "overwrite")  # how a run was started, not its settings: never compared, never carried over
+# A run folder, the same whichever script asks: the stages a method trains before its last (bart's, then
+# backtranslation's), each a folder of checkpoints, in order; and what --overwrite removes besides them.
+STAGES = ("frozen", "reverse", "mixed")
+RUN_FILES = ("model.pt", "last.pt", "eval_*.json", "eval_*.jsonl", "synthetic.src", "synthetic.tgt")
 
 
-def claim_output(args, stages=(), may_change=()):
+def claim_output(args, may_change=()):
     """Refuse an --out that cannot be written or holds a run, but to --resume it with its settings or --overwrite it
-    (which removes its checkpoints, evaluations and stages: what a staged method makes before its last, in order)."""
+    (which removes its checkpoints, evaluations and stages)."""
     check_writable(args.out)
-    ran = checkpoint_ran_with(args.out, stages)
+    ran = checkpoint_ran_with(args.out)
     if ran and not (args.resume or args.overwrite):
         raise UsageError(f"{args.out} holds a run ({os.path.relpath(ran, args.out)}): --resume continues it, "
                          "--overwrite starts over")
@@ -215,15 +235,15 @@ def claim_output(args, stages=(), may_change=()):
         raise UsageError(f"--resume: {'; '.join(refused)}: resume with its settings, or --overwrite to start over")
     if differ:
         print(f"--resume: changed {'; '.join(differ.values())}", file=sys.stderr)
-    for name in ("model.pt", "last.pt", "eval_*.json", "eval_*.jsonl", *stages):
+    for name in (*RUN_FILES, *STAGES):
         for path in glob.glob(os.path.join(glob.escape(args.out), name)) if args.overwrite else ():
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     os.makedirs(args.out, exist_ok=True)
 
 
-def checkpoint_ran_with(run_folder: str, stages=()) -> str | None:
+def checkpoint_ran_with(run_folder: str) -> str | None:
     """Where a run's latest settings are: its latest stage's last.pt, else model.pt (not the newest: a copy lies)."""
-    held = [path for stage in (*stages, "") for name in ("model.pt", "last.pt")
+    held = [path for stage in (*STAGES, "") for name in ("model.pt", "last.pt")
             if os.path.isfile(path := os.path.join(run_folder, stage, name))]
     return held[-1] if held else None
 
@@ -233,21 +253,26 @@ def settings_ran_with(ran: str | None, method: str | None) -> dict:
     method (a denoiser's has none): its weights and settings would train as this one's."""
     if not ran:
         return {}
-    checkpoint = load_checkpoint(ran, needs=("args",))
-    if checkpoint["args"].get("method") != method:
-        raise UsageError(f"--resume: {ran} holds a {checkpoint.get('method', checkpoint.get('role'))} run: resume it "
-                         "with the script and --method that started it, or name another --out")
-    return {name: value for name, value in checkpoint["args"].items() if name not in INVOCATION}
+    settings = load_checkpoint(ran, needs=("args",))["args"]
+    if settings.get("method") != method:
+        script = f"finetune.py --method {settings['method']}" if settings.get("method") else "train_denoiser.py"
+        raise UsageError(f"--resume: {ran} holds a run of {script}: resume it with that, or name another --out")
+    return {name: value for name, value in settings.items() if name not in INVOCATION}
 
 
 class TrainingFailed(Exception):
     """A run that trained but kept no model (no epoch had a finite validation loss): one line, exit code 1."""
 
 
-def train(model, args, out_dir: str, extra: dict, pairs_of, val_pairs, epochs: int | None = None, made_ahead=False,
+def train(model, args, extra: dict, pairs_of, val_pairs, stage: str = "", epochs: int | None = None, made_ahead=False,
           composed: dict | None = None, val_share=None, report=None) -> dict:
-    """Train `model` into out_dir with the run's settings (common.fit), or with --resume the rest of its run."""
-    # pairs_of(epoch): the epoch's pairs (made_ahead: by a worker); epochs: a stage's own; extra: more for checkpoints.
+    """Train `model` with the run's settings (common.fit) into --out, or a stage's folder; with --resume, the rest.
+    pairs_of(epoch): the epoch's pairs (made_ahead: by a worker); epochs: a stage's own; extra: more for checkpoints.
+    Resumed, last.pt gives the weights, AdamW's moments, torch's generators and common.fit's state; all else is made
+    again from the seed and epoch (common.epoch_batches, train_denoiser.corrupted_pairs): on the CPU the run ends bit
+    for bit as an unbroken one. Refused first: a setting but MAY_CHANGE_ON_RESUME's changed, another script's or
+    --method's run (claim_output), another Pi (finetune.check_same_denoiser); here, a stage's length changed."""
+    out_dir = os.path.join(args.out, stage) if stage else args.out
     device, epochs, patience = pick_device(args.device), args.epochs if epochs is None else epochs, args.patience
     to_device(model, device)
     # A GPU pads lengths to a multiple of 8 (a few shapes, not one a batch), and validates on as many outputs a batch
@@ -266,8 +291,9 @@ def train(model, args, out_dir: str, extra: dict, pairs_of, val_pairs, epochs: i
     last = load_checkpoint(last_path, ("optimizer", "state")) if args.resume and os.path.exists(last_path) else None
     state = last["state"] if last else dict(epoch=0, step=0, best_epoch=0, best_loss=math.inf, best_share=None,
                                             history=[])
-    if out_dir != args.out:  # a stage before the run's last (in a folder of its own) goes on only as long as it began
-        epochs, patience = state.setdefault("length", (epochs, patience))  # to: the next stage began from its end
+    if stage and tuple(state.setdefault("length", (epochs, patience))) != (epochs, patience):  # the next stage's start
+        raise UsageError(f"--resume: {stage}/ began with at most {state['length'][0]} epochs and patience "
+                         f"{state['length'][1]} and keeps them: resume with the settings it ran with, or --overwrite")
 
     def batches_of(epoch):
         return common.epoch_batches(pairs_of(epoch), args.batch_size, args.seed, epoch, multiple)
@@ -279,7 +305,7 @@ def train(model, args, out_dir: str, extra: dict, pairs_of, val_pairs, epochs: i
                               warmup_start=args.warmup_start_lr)                              # ended)
 
     def save_epoch(state, improved):
-        checkpoint = {"config": vars(model.config), "model": model.state_dict(), "args": vars(args), **extra}
+        checkpoint = {"config": vars(model.config), "model": model.state_dict(), "args": settings(args), **extra}
         if improved:
             save_checkpoint(best_path, {**checkpoint, "best_val_loss": state["best_loss"],
                                         "epoch": state["best_epoch"]})
@@ -372,16 +398,6 @@ def device_name(device: torch.device) -> str:
     return f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
 
 
-def cpu_has_native_bf16() -> bool:
-    """bf16 pays on a CPU only with bf16 matrix units (AVX512-BF16 or AMX); on AVX2 it is many times slower."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:  # not Linux: assume none
-        return False
-    return " avx512_bf16" in flags or " amx_bf16" in flags
-
-
 def to_device(model, device):
     """The model on the device; on a GPU its generate then decodes by GraphDecoding, on the CPU step by step."""
     model.graph_decoding = GraphDecoding() if device.type == "cuda" else None
@@ -449,12 +465,7 @@ def capture_cuda_graph(step):
 # 5. Command line
 # ============================================================================
 
-class RunArgs(argparse.Namespace):
-    """A run's settings; in a slot, out of vars(args) (which checkpoints keep), `manifest`: its --data folder, read."""
-    __slots__ = ("manifest",)
-
-
-def parse_training_args(parser, argv, defaults_of, out: str | None = None, stages=()):
+def parse_training_args(parser, argv, defaults_of, out: str | None = None):
     """A training run's settings: each flag's default its preset's (defaults_of), or a resumed run's; a flag wins."""
     add = parser.add_argument  # (--help shows the values a run would use)
     add("--data", default="data/sanstype", help=f"a folder {DATA_MAKERS} wrote")
@@ -470,7 +481,7 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None, stage
             ("--label-smoothing", str, "VALUE, or VALUE:EPOCHS,...,VALUE"), ("--seed", int, "every draw's")):
         add(flag, type=kind, help=text)
     add("--lr-schedule", choices=("constant", "inverse-sqrt", "linear"), help="after the warm-up")
-    add("--precision", choices=("fp32", "bf16", "auto"), help="auto: bf16 where native")
+    add("--precision", choices=("fp32", "bf16", "auto"), help="auto: bf16 where it pays (a GPU's)")
     add("--device", help="cuda or cpu (default: cuda when there is one)")
     either = parser.add_mutually_exclusive_group()
     either.add_argument("--resume", action="store_true", help="continue the run in --out after an interrupt")
@@ -484,21 +495,22 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None, stage
         data, read = read_data_folder(known.data), known.data
     except UsageError:  # no data yet: --help shows the preset's values for no kind of data (a run is refused below)
         data, read = {"dataset": None, "corruption": None}, None
-        parser.epilog = f"{parser.epilog or ''} ({known.data} holds no data yet: a data folder may change these.)"
+    shown = f"--data {known.data}" + " (no data there yet)" * (read is None)
+    parser.epilog = f"{parser.epilog or ''} Shown: those for {shown}; --data DIR --help shows DIR's."
     parser.set_defaults(data=known.data, **defaults_of(data, known))
     if "--resume" in (sys.argv if argv is None else argv):  # the run's settings (a run of this script and --method)
         try:
-            ran = checkpoint_ran_with(known.out or parser.get_default("out"), stages)
+            ran = checkpoint_ran_with(known.out or parser.get_default("out"))
             parser.set_defaults(**settings_ran_with(ran, known.method))
         except UsageError as error:
             parser.error(str(error))
-    args = parser.parse_args(argv, RunArgs())
+    args = parser.parse_args(argv)
     try:  # the folder read above, unless a resumed run's --data is another one (or there was none)
         args.manifest = data if args.data == read else read_data_folder(args.data)
         args.dataset, device = args.manifest["dataset"], pick_device(args.device)
-        stages = [stage.partition(":") for stage in args.label_smoothing.split(",")]  # (VALUE, ":", EPOCHS)
-        smoothing = [float(value) for value, _, _ in stages]
-        if any(int(epochs) < 1 for _, _, epochs in stages if epochs):
+        segments = [segment.partition(":") for segment in args.label_smoothing.split(",")]  # (VALUE, ":", EPOCHS)
+        smoothing = [float(value) for value, _, _ in segments]
+        if any(int(epochs) < 1 for _, _, epochs in segments if epochs):
             raise ValueError
     except UsageError as error:
         parser.error(str(error))
@@ -508,9 +520,8 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None, stage
     check_ranges(parser, args, at_least_1="epochs batch_size patience d_model n_heads layers d_ff", positive="lr",
                  not_negative="warmup_steps warmup_start_lr weight_decay clip_norm",
                  fraction="dropout attention_dropout activation_dropout")
-    if args.precision == "auto":  # decided here, so that the run's settings say which
-        native = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_has_native_bf16()
-        args.precision = "bf16" if native else "fp32"
+    if args.precision == "auto":  # here, so that the settings say which; a CPU's bf16, even with bf16 units, is slower
+        args.precision = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
     return args
 
 
@@ -531,9 +542,14 @@ def check_ranges(parser, args, **names):
                     parser.error(f"--{name.replace('_', '-')} {v:g}: must be {words}")
 
 
+def settings(args) -> dict:
+    """A run's settings, as its checkpoints keep them: its flags' values, not its data folder's contents (manifest)."""
+    return {name: value for name, value in vars(args).items() if name != "manifest"}
+
+
 def settings_line(args) -> str:
     """Every value a run uses (None: a flag it does not use), and the device it runs on."""
-    values = {**vars(args), "device": device_name(pick_device(args.device))}
+    values = {**settings(args), "device": device_name(pick_device(args.device))}
     return ", ".join(f"{name}={value}" for name, value in sorted(values.items()) if value is not None)
 
 

@@ -128,6 +128,8 @@ def make_spoc(args):
         unlabeled = [p["tgt"] for p in read_programs(args.unlabeled) if len(p["tgt"]) <= args.max_chars]
         print(f"unlabeled: {len(unlabeled)} programs with at most {args.max_chars} characters of code")
     os.makedirs(args.out, exist_ok=True)  # only now: bad input leaves nothing behind
+    if args.overwrite and "train" in data:  # a new tokenizer: no old split matches it (without train, splits are added)
+        harness.remove_made_files(args.out)
     for split, programs in data.items():
         problems = dict.fromkeys(p["probid"] for p in programs)  # each once, in order
         files = {"src": [p["src"] for p in programs], "tgt": [p["tgt"] for p in programs],
@@ -137,8 +139,6 @@ def make_spoc(args):
             common.write_lines(os.path.join(args.out, f"{split}.{ext}"), lines)
     if unlabeled:
         common.write_lines(os.path.join(args.out, "unlabeled.tgt"), unlabeled)
-    elif "train" in data and os.path.exists(os.path.join(args.out, "unlabeled.tgt")):  # an old one: not this tokenizer's
-        os.remove(os.path.join(args.out, "unlabeled.tgt"))
     if "train" in data:
         train = data["train"]
         spm = common.train_tokenizer([p["src"] for p in train] + [p["tgt"] for p in train] + unlabeled, args.vocab_size)

@@ -1,36 +1,34 @@
 """Make a data folder for a task of your own: pairs of texts (an input, its output), outputs without inputs, a judge.
 
     python make_task.py --pairs questions.txt queries.txt --unlabeled more_queries.txt --out data/sql
-    python make_task.py --pairs in.txt out.txt --valid-command "python3 check.py" --out data/mytask
+    python make_task.py --pairs in.txt out.txt --valid-command "python3 $PWD/check.py" --out data/mytask
     python make_task.py --splits my_splits/ --out data/mytask   # splits of your own: {train,val,test[,ood]}.{src,tgt}
     python make_task.py --dates --out data/dates            # a worked example: dates in words to YYYY-MM-DD
     python make_task.py --python-stdlib --out data/stdlib   # a worked example: Python docstrings to functions
 
 --pairs: one text a line, an input and its output on the same line number (a line break written as a token, as
-SansType's ` $ `), shuffled (--seed) into val, test and train. --valid-command: your judge, a shell command run in
---out that reads outputs on stdin and prints 1 (valid) or 0 a line, first tried on the gold outputs as written.
+SansType's ` $ `), shuffled (--seed) into val, test and train; outputs are kept byte for byte. --valid-command: your
+judge, run in --out as every later stage runs it (a script: by its full path): outputs in, 1 (valid) or 0 a line out.
 
 Writes the format every make_*.py writes, one example a line and the same line number across a split's files:
     {train,val,test[,ood]}.src   inputs
     {train,val,test[,ood]}.tgt   outputs
     unlabeled.tgt                outputs without inputs, for the denoiser
     spm.model                    sentencepiece BPE over train's inputs and all training outputs, a digit a piece
-    dataset.json                 {"dataset": "task", "valid_command": ..., ...}: the later stages take SansType's
-                                 presets (finetune.py's "task cpu" block waits longer), the generic noise
-                                 (train_denoiser.py --corruption edits) and this judge
+    dataset.json                 {"dataset": "task", "valid_command": ...}: the later stages take SansType's presets
+                                 (finetune.py's "task cpu" block waits longer), the generic noise (edits), this judge
 
 --dates: "14 March 2021" (or 3 other ways) to 2021-03-14, ood "the 14th day of March in the year 2021". --python-stdlib:
 this machine's standard library (PSF License), a docstring's first sentence to its function; ood: tkinter, idlelib.
 """
 import ast
 import datetime
-import glob
 import os
 import random
 import re
+import shutil
 import sys
 import sysconfig
-import tempfile
 
 import common
 import harness
@@ -72,7 +70,6 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
           "December")
 HELD_OUT_PACKAGES = ("tkinter", "idlelib")  # the worked example's ood: packages the other splits never see
 SKIPPED_FOLDERS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
-DATA_FILES = (".src", ".tgt", ".inp", ".out", ".ids", ".cases.jsonl", "spm.model", "dataset.json")  # every make_*.py's
 
 
 def parse_args(argv):
@@ -84,7 +81,7 @@ def parse_args(argv):
     source.add_argument("--python-stdlib", action="store_true", help="the worked example of Python (see above)")
     add("--unlabeled", help="outputs without inputs, one a line")
     add("--ood", nargs=2, metavar=("SRC", "TGT"), help="an out-of-distribution test split")
-    add("--valid-command", help="your validity check: outputs in, 1 or 0 a line out (run in --out)")
+    add("--valid-command", help="your validity check: outputs in, 1 or 0 a line out, run in --out (give a full path)")
     add("--out", default="data/task", help="the data folder to write")
     add("--overwrite", action="store_true", help="replace --out's data (runs trained on it will no longer match it)")
     add("--val", type=int, default=500, help="pairs in val")
@@ -114,7 +111,7 @@ def read_pairs(src: str, tgt: str) -> list[tuple[str, str]]:
     sources, targets = common.read_lines(src), common.read_lines(tgt)
     if len(sources) != len(targets):
         raise common.UsageError(f"{src} has {len(sources)} lines, {tgt} {len(targets)}: a pair a line in each")
-    empty = [i + 1 for i, pair in enumerate(zip(sources, targets)) if not all(text.strip() for text in pair)]
+    empty = [i + 1 for i, pair in enumerate(zip(sources, targets)) if "" in pair]  # (a line of spaces is a text)
     if empty:
         raise common.UsageError(f"{src}, {tgt}: line {empty[0]} is empty ({len(empty)} such lines)")
     return list(zip(sources, targets))
@@ -123,8 +120,6 @@ def read_pairs(src: str, tgt: str) -> list[tuple[str, str]]:
 def make_task(args):
     harness.claim_data_folder(args.out, args.overwrite)
     splits, unlabeled = read_splits(args)
-    if args.valid_command:  # tried on one output first: a command that cannot run is refused before any work
-        gold_validity(args.valid_command, [splits["train"][0][1]], None, args.out)
     judge_source = PYTHON_JUDGE if args.python_stdlib else DATES_JUDGE if args.dates else None  # (its valid.py)
     valid_command = "python3 valid.py" if judge_source else args.valid_command
     print(", ".join(f"{split} {len(examples)}" for split, examples in splits.items()) +
@@ -134,22 +129,24 @@ def make_task(args):
     source = (f"the Python standard library of {sys.version.split()[0]} (PSF License)" if args.python_stdlib
               else "made by make_task.py --dates" if args.dates else args.splits or " ".join(args.pairs))
     facts = {"valid_command": valid_command, "seed": args.seed, "source": source}
-    spm_model = common.train_tokenizer([x for x, _ in splits["train"]] + [y for _, y in splits["train"]] + unlabeled,
-                                       args.vocab_size, split_digits=True)
-    # Texts as the tokenizer gives them back (spaces, NFKC): what a model can output, so that it can equal the gold.
-    tokenizer = common.load_tokenizer(spm_model)
-    texts = {text for examples in splits.values() for pair in examples for text in pair} | set(unlabeled)
-    normal = {text: tokenizer.decode(tokenizer.encode(text)) for text in texts}
-    splits = {split: [(normal[x], normal[y]) for x, y in examples] for split, examples in splits.items()}
-    unlabeled = [normal[y] for y in unlabeled]
-    print(f"{sum(text != back for text, back in normal.items())} of {len(normal)} distinct texts changed by the "
-          "tokenizer's normalisation (runs of spaces, Unicode forms)")
-    if valid_command:  # the judge tried on the gold outputs first: a wrong command shows here, before any writing
-        gold = [y for examples in splits.values() for _, y in examples]
+    gold = [y for examples in splits.values() for _, y in examples]
+    if valid_command:  # first: a command that cannot run is refused before any work
         facts["gold_valid"] = gold_validity(valid_command, gold, judge_source, args.out)
         print(f"the validity command passes {100 * facts['gold_valid']:.1f}% of the {len(gold)} gold outputs")
+    spm_model = common.train_tokenizer([x for x, _ in splits["train"]] + [y for _, y in splits["train"]] + unlabeled,
+                                       args.vocab_size, split_digits=True, verbatim=gold + unlabeled)
+    tokenizer = common.load_tokenizer(spm_model)  # it must give each output back as it is, for a model to write it
+    changed = [(y, back) for y in gold + unlabeled if (back := tokenizer.decode(tokenizer.encode(y))) != y]
+    if changed:
+        raise common.UsageError(f"{len(changed)} of the outputs would change in the tokenizer, e.g. {changed[0][0]!r} "
+                                f"as {changed[0][1]!r}: write what changes otherwise (a ▁ is sentencepiece's space)")
     os.makedirs(args.out, exist_ok=True)
-    remove_old_data(args)
+    if args.overwrite:  # the old data goes (an old ood split would be judged), the user's files stay
+        harness.remove_made_files(args.out, keep=[*(args.pairs or ()), *(args.ood or ()), args.unlabeled])
+        old_judge = os.path.join(args.out, "valid.py")  # a worked example's, unless the command runs it
+        if os.path.isfile(old_judge) and "valid.py" not in (args.valid_command or "") and \
+                open(old_judge).read() in (PYTHON_JUDGE, DATES_JUDGE):
+            os.remove(old_judge)
     if judge_source:
         common.write_lines(os.path.join(args.out, "valid.py"), judge_source.splitlines())
     for split, examples in splits.items():
@@ -164,25 +161,18 @@ def make_task(args):
 
 
 def gold_validity(command: str, gold: list[str], judge_source: str | None, out: str) -> float:
-    """The share of the gold outputs the command passes, run in --out or, for ours or before --out exists, elsewhere."""
-    with tempfile.TemporaryDirectory() as empty:  # (so that a failing command leaves --out as it was)
-        folder = out if os.path.isdir(out) and not judge_source else empty
+    """The share of the gold outputs the command passes, run in --out as later stages run it (made for it, if new)."""
+    made = not os.path.isdir(out)  # (and then removed: bad input leaves nothing behind)
+    os.makedirs(out, exist_ok=True)
+    try:
         if judge_source:
-            common.write_lines(os.path.join(folder, "valid.py"), judge_source.splitlines())
-        try:
-            return round(sum(judge.check_validity(command, gold, folder)) / len(gold), 4)
-        except ValueError as error:
-            raise common.UsageError(str(error)) from None
-
-
-def remove_old_data(args):
-    """--overwrite: the data files in --out go (an old ood split would be judged), but not this run's inputs."""
-    inputs = {os.path.realpath(path) for path in (*(args.pairs or ()), *(args.ood or ()), args.unlabeled) if path}
-    for path in glob.glob(os.path.join(glob.escape(args.out), "*")) if args.overwrite else ():
-        ours = path.endswith("/valid.py") and "valid.py" not in (args.valid_command or "") and \
-            open(path).read() in (PYTHON_JUDGE, DATES_JUDGE)  # a worked example's judge, unless the command runs it
-        if (path.endswith(DATA_FILES) or ours) and os.path.realpath(path) not in inputs:
-            os.remove(path)
+            common.write_lines(os.path.join(out, "valid.py"), judge_source.splitlines())
+        return round(sum(judge.check_validity(command, gold, out)) / len(gold), 4)
+    except ValueError as error:
+        raise common.UsageError(str(error)) from None
+    finally:
+        if made:
+            shutil.rmtree(out)
 
 
 def read_splits(args) -> tuple[dict, list]:
@@ -257,9 +247,7 @@ def python_stdlib() -> tuple[list, list, list]:
 
 def docstring_summary(function) -> str | None:
     """The first sentence of a function's docstring, on one line, if it has 3 to 30 words."""
-    doc = ast.get_docstring(function)
-    if not doc:
-        return None
+    doc = ast.get_docstring(function) or ""  # (none: an empty sentence, so None)
     sentence = re.split(r"(?<=\.)\s", " ".join(doc.split("\n\n")[0].split()))[0]
     return sentence if 3 <= len(sentence.split()) <= 30 else None
 

@@ -22,7 +22,7 @@ import harness
 def main(argv=None):
     parser = harness.ArgumentParser(prog="predict.py", description=__doc__)
     parser.add_argument("model", help="a predictor checkpoint (runs/<name>/model.pt)")
-    parser.add_argument("--input", help="a file of inputs, one a line (default: standard input); blank in, blank out")
+    parser.add_argument("--input", help="a file of inputs, one a line (default: standard input); empty in, empty out")
     parser.add_argument("--denoiser", help="Pi(f(x)) with this denoiser, or none (default: a composed model's own)")
     parser.add_argument("--batch-size", type=int, default=64, help="inputs decoded at once")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
@@ -56,19 +56,19 @@ def read_inputs(text: str) -> list[str]:
 
 def predictions(model_path: str, inputs: list[str], denoiser: str | None = None, batch_size: int = 64,
                 device: str | None = None) -> list[str]:
-    """The model's output for each input, "" for a blank one: f(x), or Pi(f(x)) where evaluate.py would apply a
+    """The model's output for each input, "" for an empty one: f(x), or Pi(f(x)) where evaluate.py would apply a
     denoiser (a composed model's own Pi unless `denoiser` names another, or "none")."""
     spm = harness.load_checkpoint(model_path, needs=("spm",))["spm"]
     model, checkpoint = harness.load_model(model_path, spm, model_path, "predictor")
     denoiser, denoiser_checkpoint = harness.chosen_denoiser(checkpoint, denoiser, spm, model_path)
     on, tokenizer = harness.pick_device(device), common.load_tokenizer(spm)
-    asked = [text for text in inputs if text.strip()]
+    asked = [text for text in inputs if text]
     outputs = common.translate(harness.to_device(model, on), tokenizer, asked, batch_size) if asked else []
     if denoiser and outputs:
         outputs = common.denoise(harness.to_device(denoiser, on), tokenizer, outputs, batch_size,
                                  harness.error_detector(denoiser_checkpoint))
     answers = iter(outputs)
-    return [next(answers) if text.strip() else "" for text in inputs]
+    return [next(answers) if text else "" for text in inputs]
 
 
 if __name__ == "__main__":

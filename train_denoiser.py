@@ -139,8 +139,9 @@ def training_outputs(args) -> list[str]:
 
 
 def corrupted_pairs(outputs: list[str], clean_ids: list, tokenizer, args, epoch: int) -> list[tuple]:
-    """Epoch `epoch`'s pairs (corrupted ids, clean ids): every output corrupted afresh, the same for a seed's epoch
-    (--pi-data authors: the same every epoch)."""
+    """Epoch `epoch`'s pairs (corrupted ids, clean ids): each of training_outputs corrupted afresh by the noise (its
+    draws the seed's and the epoch's; --pi-data authors: the same every epoch), then encoded. harness.train makes them
+    an epoch ahead in a worker (harness.epochs_ahead) and batches them (common.epoch_batches: the seed's order)."""
     rng = random.Random(f"{args.seed}-epoch{epoch}" if args.pi_data == "ours" else f"{args.seed}-once")
     corrupt = CORRUPTIONS[args.corruption].corrupt
     return list(zip(tokenizer.encode([corrupt(y, rng, args, tokenizer) for y in outputs]), clean_ids))
@@ -214,8 +215,7 @@ def train(args):
     print(f"denoiser: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, {len(outputs)} outputs, "
           f"{args.corruption} corruption, error detector {args.error_detector}, {args.dataset} preset {args.preset}\n"
           f"settings: {harness.settings_line(args)}", file=sys.stderr)
-    state = harness.train(model, args, args.out, extra, lambda epoch: corrupted_pairs(outputs, clean_ids, tokenizer,
-                                                                                      args, epoch),
+    state = harness.train(model, args, extra, lambda epoch: corrupted_pairs(outputs, clean_ids, tokenizer, args, epoch),
                           val_pairs, made_ahead=True, report=report_repairs)
     kept = next(h for h in state["history"] if h["epoch"] == state["best_epoch"])
     print(f"best epoch {state['best_epoch']} (val loss {state['best_loss']:.4f}"

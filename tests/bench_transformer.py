@@ -99,6 +99,16 @@ def matmul_rate(precision: str, n: int = 1024, repeats: int = 20) -> float:
     return 2 * n ** 3 / statistics.median(times[2:])
 
 
+def cpu_has_native_bf16() -> bool:
+    """bf16 can pay on a CPU only with bf16 matrix units (AVX512-BF16 or AMX); on AVX2 it is many times slower."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:  # not Linux: assume none
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=10)
@@ -108,7 +118,7 @@ def main():
     parser.add_argument("--tiny", action="store_true", help="batch 2, 8 tokens, one step: that it runs (the suite)")
     args = parser.parse_args()
     batch, length, args.steps = (2, 8, 1) if args.tiny else (BATCH, LENGTH, args.steps)
-    precisions = ("fp32", "bf16") if args.bf16 or harness.cpu_has_native_bf16() else ("fp32",)
+    precisions = ("fp32", "bf16") if args.bf16 or cpu_has_native_bf16() else ("fp32",)
     skipped = [("bf16", "no native bf16 on this CPU (--bf16 times it)")] * (len(precisions) == 1) + \
         [("torch.compile", "without --compile")] * (not args.compile)
     for what, why in skipped:

@@ -241,7 +241,7 @@ def test_the_gradient_bench_sees_no_reinforce_gradient_where_f_always_samples_th
     """tests/bench_gradients.py's figures where they are known: an f whose every y' is the gold output gets the same
     reward for every input, so the batch baseline leaves a REINFORCE gradient of zero, but for rounding (the direct
     term's is not); an f that samples freely gets a REINFORCE gradient and samples the gold less often."""
-    f, pi = tiny_model(0), tiny_model(1)
+    f, pi = tiny_model(0), tiny_model(1).eval()
     batch = composed_batch(4)
     free = bench_gradients.figures([bench_gradients.term_gradients(f, pi, batch, {}, draws=3, seed=0)])
     gold = common.Decoded(batch[2].clone(), torch.full((4,), 2))  # y' = 5 4 EOS, every sample
@@ -292,3 +292,9 @@ def test_the_defaults_of_eq_1_are_finetunes_settings():
         "estimator": values["estimator"], "baseline": values["reinforce_baseline"], "gamma": values["gamma"],
         "weight": values["composed_weight"], "lam": values["lam"]}
     assert inspect.signature(common.composed_validation_loss).parameters["gamma"].default == values["gamma"]
+
+
+def test_composed_loss_refuses_a_pi_in_training_mode():
+    """Pi scores y' as it would at test time: a Pi left in train mode (its dropout on) is refused, not used."""
+    with pytest.raises(ValueError, match="Pi must be in eval mode"):
+        common.composed_loss(tiny_model(0), tiny_model(9), *composed_batch(4))

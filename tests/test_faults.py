@@ -235,10 +235,18 @@ def test_help_before_any_data_shows_the_presets_values_and_says_so(tmp_path, cap
         finetune.main([*flags, "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "--lr LR AdamW's peak rate (default: 0.0002)" in help_text and "floor (default: -50.0)" in help_text
-    assert f"({tmp_path / 'none'} holds no data yet: a data folder may change these.)" in help_text
+    assert f"Shown: those for --data {tmp_path / 'none'} (no data there yet); --data DIR --help shows" in help_text
     with pytest.raises(SystemExit) as exit_:
         finetune.main(flags)
     assert exit_.value.code == 2
+
+
+def test_help_names_the_data_folder_whose_defaults_it_shows(tmp_path, capsys):
+    """Plain --help shows SansType's defaults (its data folder is the default --data): it says so, and how to see a
+    task's own (a new user read SansType's 80 epochs as their task's)."""
+    with pytest.raises(SystemExit):
+        train_denoiser.main(["--help"])
+    assert "Shown: those for --data data/sanstype" in " ".join(capsys.readouterr().out.split())
 
 
 def test_an_empty_tokenizer_is_one_line_even_from_sentencepiece(work):

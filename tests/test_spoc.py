@@ -86,10 +86,15 @@ def test_tokenizer_is_smaller_when_the_data_cannot_support_10000_pieces(tmp_path
 
 
 def test_overwrite_without_unlabeled_code_leaves_no_old_unlabeled_code(tmp_path):
-    """The unlabeled code goes with the train split it was tokenized with: a new train split drops an old one's."""
+    """The unlabeled code goes with the train split it was tokenized with: a new train split drops an old one's, and
+    every other file a make_*.py writes (an old testp split would be judged); the user's own files stay, those named
+    like data too (notes.src, unlabeled.src)."""
     assert make_fixture_data(tmp_path, "--unlabeled", EVAL_TSV, "--vocab-size", "300").returncode == 0
+    for name in ("testp.src", "notes.src", "unlabeled.src"):
+        (tmp_path / name).write_text("TAB1 read n\n")
     assert make_fixture_data(tmp_path, "--overwrite", "--vocab-size", "300").returncode == 0
-    assert not os.path.exists(tmp_path / "unlabeled.tgt")
+    assert not os.path.exists(tmp_path / "unlabeled.tgt") and not os.path.exists(tmp_path / "testp.src")
+    assert os.path.exists(tmp_path / "notes.src") and os.path.exists(tmp_path / "unlabeled.src")
 
 
 def test_long_train_programs_are_dropped_and_val_is_kept_whole(tmp_path):

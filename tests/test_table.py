@@ -99,6 +99,18 @@ CASES = {
         "| composed_0 (1 run) | 50.0 | 45.0 | 90.4 / 84.4 |",
         "| composed_few_0 (1 run) | 50.0 | 30.0 | 90.4 / 84.4 |",
         "| composed_0 - standard_0, paired (1 run) | +0.0 | +5.0 | +3.6 / +4.6 |"]),
+    # the control (composed, --composed-weight 0) pairs with composed seed by seed, as with standard (issue: a user's
+    # table had no composed - control row, which the README's reading of composed rests on)
+    "composed - control": ([made_up(f"{m}_{s}", "composed", a + s * (2 if m == "composed" else 1), s, 0, True, "own",
+                                    settings={"lr": 1e-4, "composed_weight": w})
+                            for m, a, w in (("composed", 50, 0.1), ("control", 48, 0.0)) for s in range(3)] +
+                           [made_up(f"standard_{s}", "standard", 40, s, 0) for s in range(3)], [
+        "| standard_{0,1,2} (3 seeds) | 50.0 ± 0.0 | 40.0 ± 0.0 | 86.8 / 79.8 |",
+        "| composed_{0,1,2} (3 seeds) | 50.0 ± 0.0 | 52.0 ± 2.0 | 90.4 / 84.4 |",
+        "| control_{0,1,2} (3 seeds) | 50.0 ± 0.0 | 49.0 ± 1.0 |  |",
+        "| composed_{0,1,2} - standard_{0,1,2}, paired (3 seeds) | +0.0 ± 0.0 | +12.0 ± 2.0 | +3.6 / +4.6 |",
+        "| composed_{0,1,2} - control_{0,1,2}, paired (3 seeds) | +0.0 ± 0.0 | +3.0 ± 1.0 |  |",
+        "| control_{0,1,2} - standard_{0,1,2}, paired (3 seeds) | +0.0 ± 0.0 | +9.0 ± 1.0 |  |"]),
     # two runs whose folders end alike: named by as much of their path as tells them apart
     "folder names": ([made_up("runs/a/standard", "standard", 40, 0, 0),
                       made_up("runs/b/standard", "standard", 60, 0, 0, settings={"lr": 2e-3})], [
@@ -129,6 +141,25 @@ def test_a_folder_given_twice_counts_once(tmp_path, capsys):
                    f"{tmp_path}/standard_1/../standard_1"])
     assert capsys.readouterr().out.splitlines()[2:] == [
         "| standard_{0,1} (2 seeds) | 50.0 ± 0.0 | 45.0 ± 7.1 | 86.8 / 79.8 |"]
+
+
+def test_runs_that_kept_the_model_they_started_from_are_named(tmp_path, capsys):
+    """A composed run whose kept epoch is 0 (evaluate_model records its checkpoint's "epoch") is the f it started from,
+    and its +0.0 beside that f no finding: --table names each such run once, and what might train one past its start;
+    runs that trained (and evaluations made before the field) are not named."""
+    runs = [made_up(f"standard_{s}", "standard", 40, s, 0, kept_epoch=30) for s in range(3)] + \
+        [made_up(f"composed_{s}", "composed", 40, s, 0, denoised, "own", kept_epoch=0, settings={"lr": 1e-4})
+         for s in range(3) for denoised in (True, False)] + [made_up("baseline_0", "baseline", 30, 0, corruption=None)]
+    for folder, name, summary in runs:
+        os.makedirs(tmp_path / folder, exist_ok=True)
+        json.dump(summary, open(tmp_path / folder / f"{name}.json", "w"))
+    evaluate.main(["--table", *sorted({str(tmp_path / folder) for folder, _, _ in runs})])
+    out, err = capsys.readouterr()
+    pair = "| composed_{0,1,2} - standard_{0,1,2}, paired (3 seeds) | +0.0 ± 0.0 | +0.0 ± 0.0 | +3.6 / +4.6 |"
+    assert pair in out  # (the rows as they were: stderr names the runs)
+    assert err.splitlines() == ["kept epoch 0, the f they started from (their rows are that f's; a +0.0 beside it, no "
+                                "finding): composed_0 composed_1 composed_2; try more --epochs or --patience, or another "
+                                "--lr"]
 
 
 @pytest.fixture(scope="module")

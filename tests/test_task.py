@@ -106,9 +106,10 @@ def test_predict_answers_as_evaluate_does(task):
     alone = script("predict.py", runs / "composed/model.pt", "--denoiser", "none",
                    input=open(data / "test.src").read())  # standard input
     assert alone.stdout.splitlines() == [v["base"] for v in judged]
-    sources = common.read_lines(str(data / "test.src"))[:2]  # a blank input line is answered with a blank line
-    gapped = script("predict.py", runs / "composed/model.pt", input=f"{sources[0]}\n\n  \n{sources[1]}\n")
-    assert gapped.stdout.splitlines() == [judged[0]["prediction"], "", "", judged[1]["prediction"]]
+    sources = common.read_lines(str(data / "test.src"))[:2]  # an empty input line is answered with an empty line
+    gapped = script("predict.py", runs / "composed/model.pt", input=f"{sources[0]}\n\n{sources[1]}\n")
+    pair = script("predict.py", runs / "composed/model.pt", input=f"{sources[0]}\n{sources[1]}\n").stdout.split("\n")
+    assert gapped.stdout.splitlines() == [pair[0], "", pair[1]]  # (the same batch: a length limit is a batch's)
     other = torch.load(runs / "pi/model.pt", weights_only=False)  # a Pi of another tokenizer: named as such
     torch.save({**other, "spm": b"another tokenizer"}, runs / "other_pi.pt")
     refused = script("predict.py", runs / "composed/model.pt", "--denoiser", runs / "other_pi.pt", input="1 plus 2\n")
@@ -177,8 +178,7 @@ def test_bad_task_input_is_one_line_and_writes_nothing(task, capsys):
         err = err.strip()
         assert exit_.value.code == 2 and len(err.splitlines()) == 1 and word in err, (argv, err)
         assert not (w / "new").exists()  # nothing written, nothing left behind
-        # Refused before any work; a judge once the tokenizer has normalised the outputs it judges.
-        assert "tokenizer" not in out or "--valid-command" in argv
+        assert "tokenizer" not in out  # refused before any work, a judge too
     with pytest.raises(SystemExit):
         train_denoiser.main(["--data", str(w / "data"), "--preset", "smoke", "--edit-rates", "0.1,0.1", "--out",
                              str(w / "new")])
@@ -243,8 +243,8 @@ def test_the_readmes_own_task_chain_runs_as_written(task, tmp_path):
         line = line.split("  #")[0]
         if line.startswith("python make_task.py"):
             line += " --val 10 --test 10 --vocab-size 40"
-        if line.lstrip().startswith(("python train_denoiser.py", "python finetune.py")):
-            line += " --preset smoke"
+        for stage in ("python train_denoiser.py", "python finetune.py"):  # (the lanes' loops hold them mid-line)
+            line = line.replace(stage, f"{stage} --preset smoke")
         lines.append(line.replace("python ", f"{sys.executable} {ROOT}/"))
     ran = subprocess.run(["bash", "-c", "set -e\n" + "\n".join(lines)], capture_output=True, text=True,
                          cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -287,7 +287,7 @@ def test_splits_of_ones_own_go_in_as_they_are(task, tmp_path):
 
 def test_splits_take_their_folders_unlabeled_outputs_and_say_when_there_are_none(task, tmp_path, capsys):
     """--splits DIR takes DIR/unlabeled.tgt when it is there (--unlabeled wins); without any, a line says what the
-    denoiser will learn from. The count of texts the tokenizer changed is of the distinct texts given."""
+    denoiser will learn from."""
     given = tmp_path / "given"
     given.mkdir()
     for split in ("train", "val", "test"):
@@ -297,9 +297,6 @@ def test_splits_take_their_folders_unlabeled_outputs_and_say_when_there_are_none
     said = capsys.readouterr().out
     train = common.read_lines(str(given / "train.tgt"))
     assert f"unlabeled outputs 0: the denoiser will learn from train's {len(train)} outputs alone" in said
-    texts = {text for split in ("train", "val", "test") for side in ("src", "tgt")
-             for text in common.read_lines(str(given / f"{split}.{side}"))}
-    assert f" of {len(texts)} distinct texts changed" in said
     more = common.read_lines(str(task / "more.txt"))
     common.write_lines(str(given / "unlabeled.tgt"), more)
     make_task.main(["--splits", str(given), "--vocab-size", "40", "--out", str(tmp_path / "data")])
@@ -334,21 +331,51 @@ def test_the_dates_example_judges_real_dates(tmp_path):
                                 ) == [True, False, False, False, True]
 
 
-# Valid: text an old Latin-1 tool could read. 9½ is, but not 91⁄2, its NFKC form, the form make_task.py writes.
+# Valid: text an old Latin-1 tool could read (9½ is; 91⁄2, its NFKC form, is not).
 LATIN_1 = "python3 -c \"import sys; [print(int(all(ord(c) < 256 for c in l))) for l in sys.stdin]\""
+# Outputs where every space matters (an output of one space is not empty), or NFKC would change them (½, ﬁ, a no-break
+# space, a full-width letter); test's last two hold characters that no training text has.
+SPACED = [" ", "  lead", "trail  ", "two  spaces", "\tx = 1", "9½", "ﬁx", "a\u00a0b", "Ａ", "x"]
 
 
-def test_the_gold_validity_describes_the_outputs_as_written(tmp_path, capsys):
-    """gold_valid (and the share printed) is the judge's verdict on the outputs as written, after the tokenizer's
-    normalisation (9½ becomes 91⁄2), not on the outputs as given."""
-    common.write_lines(str(tmp_path / "x.txt"), [f"{i} and a half" for i in range(20)])
-    common.write_lines(str(tmp_path / "y.txt"), [f"{i}½" if i % 4 == 0 else str(i) for i in range(20)])
-    make_task.main(["--pairs", str(tmp_path / "x.txt"), str(tmp_path / "y.txt"), "--val", "5", "--test", "5",
-                    "--vocab-size", "30", "--valid-command", LATIN_1, "--out", str(tmp_path / "data")])
-    written = [y for split in ("train", "val", "test") for y in common.read_lines(str(tmp_path / f"data/{split}.tgt"))]
-    share = sum(all(ord(c) < 256 for c in y) for y in written) / len(written)  # (as given: 1.0)
-    assert share < 1 and json.load(open(tmp_path / "data" / "dataset.json"))["gold_valid"] == share
-    assert f"the validity command passes {100 * share:.1f}% of the 20 gold outputs" in capsys.readouterr().out
+def test_a_tasks_outputs_come_back_byte_for_byte(tmp_path, capsys):
+    """Outputs are written, and judged (gold_valid), exactly as given, and the tokenizer gives each back as it is, an
+    output of test with a character no training text has too: a model can write the gold exactly. An input of
+    spaces is not empty either; an empty line is."""
+    given = tmp_path / "given"
+    given.mkdir()
+    splits = {"train": SPACED * 2, "val": SPACED[:3], "test": SPACED[3:] + ["中 ½", " é "]}
+    for split, outputs in splits.items():
+        common.write_lines(str(given / f"{split}.src"), ["  "] + [f"say {i}" for i in range(1, len(outputs))])
+        common.write_lines(str(given / f"{split}.tgt"), outputs)
+    make_task.main(["--splits", str(given), "--vocab-size", "60", "--valid-command", LATIN_1, "--out",
+                    str(tmp_path / "data")])
+    tokenizer = common.load_tokenizer(harness.read_data_folder(str(tmp_path / "data"))["spm"])
+    for split, outputs in splits.items():
+        assert common.read_lines(str(tmp_path / "data" / f"{split}.tgt")) == outputs, split
+        assert [tokenizer.decode(tokenizer.encode(y)) for y in outputs] == outputs, split
+    gold = [y for outputs in splits.values() for y in outputs]
+    share = round(sum(all(ord(c) < 256 for c in y) for y in gold) / len(gold), 4)
+    assert json.load(open(tmp_path / "data" / "dataset.json"))["gold_valid"] == share < 1
+    assert f"the validity command passes {100 * share:.1f}% of the {len(gold)} gold outputs" in capsys.readouterr().out
+    common.write_lines(str(given / "test.tgt"), splits["test"][:-1] + [""])
+    with pytest.raises(SystemExit) as exit_:
+        make_task.main(["--splits", str(given), "--out", str(tmp_path / "empty")])
+    assert exit_.value.code == 2 and "line 9 is empty" in capsys.readouterr().err
+
+
+def test_outputs_the_tokenizer_cannot_keep_are_refused_before_anything_is_written(tmp_path, capsys):
+    """An output holding ▁ (U+2581: sentencepiece's own mark for a space, which it gives back as one) would change in
+    the tokenizer: refused in one line showing it and what to do, exit 2, nothing written."""
+    common.write_lines(str(tmp_path / "x.txt"), [f"say {i}" for i in range(20)])
+    common.write_lines(str(tmp_path / "y.txt"), [f"{i}" if i != 7 else "7\u2581x" for i in range(20)])
+    with pytest.raises(SystemExit) as exit_:
+        make_task.main(["--pairs", str(tmp_path / "x.txt"), str(tmp_path / "y.txt"), "--val", "5", "--test", "5",
+                        "--vocab-size", "30", "--out", str(tmp_path / "data")])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "1 of the outputs would change in the tokenizer, e.g. '7\u2581x' as '7 x': write what changes" in err, err
+    assert not (tmp_path / "data").exists()
 
 
 def test_a_validity_command_that_cannot_run_is_refused_before_any_work(task, tmp_path, monkeypatch, capsys):
@@ -366,8 +393,9 @@ def test_a_validity_command_that_cannot_run_is_refused_before_any_work(task, tmp
 
 def test_overwrite_replaces_the_data_and_keeps_the_users_own_files(task, tmp_path, capsys):
     """make_task.py --overwrite without --ood leaves no ood split of the data it replaces (evaluate.py would judge
-    it), nor another make_*.py's files (unlabeled.src: finetune.py's inputs with no gold) or a worked example's judge;
-    the user's judge (check.py) and inputs kept in the folder stay."""
+    it), nor another make_*.py's split files (train.inp) or a worked example's judge; the user's own files stay, those
+    named like data too: the judge (check.py), notes.src, inputs for finetune.py --unlabeled-inputs (unlabeled.src),
+    this run's inputs."""
     out = tmp_path / "data"
     out.mkdir()
     (out / "check.py").write_text("import subprocess, sys\n"
@@ -375,31 +403,57 @@ def test_overwrite_replaces_the_data_and_keeps_the_users_own_files(task, tmp_pat
     pairs = [str(task / "in.txt"), str(task / "out.txt")]
     make_task.main(["--pairs", *pairs, "--ood", *pairs, "--val", "10", "--test", "10", "--vocab-size", "40",
                     "--out", str(out)])
-    (out / "unlabeled.src").write_text("an input with no gold, of the data replaced\n")
+    for name in ("unlabeled.src", "notes.src", "train.inp"):
+        (out / name).write_text("1 plus 2\n")
     (out / "valid.py").write_text(make_task.DATES_JUDGE)
     for name in ("mine.src", "mine.tgt"):
         (out / name).write_bytes((task / ("in.txt" if name.endswith("src") else "out.txt")).read_bytes())
     make_task.main(["--pairs", str(out / "mine.src"), str(out / "mine.tgt"), "--val", "10", "--test", "10",
                     "--vocab-size", "40", "--valid-command", "python3 check.py", "--out", str(out), "--overwrite"])
-    assert sorted(os.listdir(out)) == ["check.py", "dataset.json", "mine.src", "mine.tgt", "spm.model", "test.src",
-                                       "test.tgt", "train.src", "train.tgt", "unlabeled.tgt", "val.src", "val.tgt"]
+    assert sorted(os.listdir(out)) == ["check.py", "dataset.json", "mine.src", "mine.tgt", "notes.src", "spm.model",
+                                       "test.src", "test.tgt", "train.src", "train.tgt", "unlabeled.src",
+                                       "unlabeled.tgt", "val.src", "val.tgt"]
     assert evaluate.default_splits(str(out)) == "test"
 
 
 def test_the_validity_command_runs_in_the_data_folder(task, tmp_path, capsys):
-    """A judge the user put in --out beforehand (the docstring's `python3 check.py`) is found there, as the later
-    stages find it; a command that fails leaves that folder as it was."""
+    """make_task.py runs the command in --out, as the later stages do, whether --out is there yet or not: a judge the
+    user put there beforehand is found; a command that fails leaves that folder as it was."""
     out = tmp_path / "data"
-    out.mkdir()
-    (out / "check.py").write_text("import subprocess, sys\n"
-                                  f"sys.exit(subprocess.run({BALANCED!r}, shell=True).returncode)\n")
     flags = ["--pairs", str(task / "in.txt"), str(task / "out.txt"), "--val", "10", "--test", "10", "--vocab-size",
              "40", "--out", str(out)]
+    here = f"python3 -c \"import os, sys; [print(int(os.getcwd() == {os.path.realpath(out)!r})) for l in sys.stdin]\""
+    make_task.main(flags + ["--valid-command", here])  # (a new --out)
+    assert json.load(open(out / "dataset.json"))["gold_valid"] == 1.0
+    assert harness.valid_outputs(str(out), ["( + 1 2 )"]) == [True]
+    for name in os.listdir(out):
+        os.remove(out / name)
+    (out / "check.py").write_text("import subprocess, sys\n"
+                                  f"sys.exit(subprocess.run({BALANCED!r}, shell=True).returncode)\n")
     with pytest.raises(SystemExit) as exit_:
         make_task.main(flags + ["--valid-command", "exit 3"])
     assert exit_.value.code == 2 and os.listdir(out) == ["check.py"]
     make_task.main(flags + ["--valid-command", "python3 check.py"])
     assert json.load(open(out / "dataset.json"))["gold_valid"] == 1.0
+
+
+def test_the_docstrings_examples_run_as_written(task, tmp_path):
+    """make_task.py's docstring examples of pairs, run by the shell as written in a folder that holds their files and
+    the user's judge (check.py), each make their data folder: a relative --out, a judge named by its full path."""
+    for name, source in (("questions.txt", "in.txt"), ("queries.txt", "out.txt"), ("more_queries.txt", "more.txt"),
+                         ("in.txt", "in.txt"), ("out.txt", "out.txt")):
+        (tmp_path / name).write_text((task / source).read_text())
+    (tmp_path / "check.py").write_text(f"import subprocess, sys\nsys.exit(subprocess.run({BALANCED!r}, shell=True)"
+                                       ".returncode)\n")
+    examples = [line.split("  #")[0].strip() for line in make_task.__doc__.splitlines()
+                if line.strip().startswith("python make_task.py --pairs")]
+    assert len(examples) == 2
+    for example in examples:
+        command = example.replace("python ", f"{sys.executable} {ROOT}/", 1) + " --val 10 --test 10 --vocab-size 40"
+        ran = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=tmp_path,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert ran.returncode == 0, (example, ran.stderr)
+    assert json.load(open(tmp_path / "data" / "mytask" / "dataset.json"))["gold_valid"] == 1.0
 
 
 @pytest.mark.parametrize("flags, word", [

@@ -212,3 +212,37 @@ def test_dropout_zeroes_a_share_p_of_the_values_and_scales_the_rest_on_the_cpu()
     assert common.dropout(x, 0.4, False) is x
     ffn = Transformer(TransformerConfig(vocab_size=8, d_model=8, d_ff=16, activation_dropout=0.5)).decoder[0].ffn
     assert ffn[2](torch.ones(10_000)).eq(0).float().mean().item() == pytest.approx(0.5, abs=0.02)
+
+
+def test_cpu_dropout_keeps_where_a_uniform_draw_reaches_p():
+    """The CPU's mask is uniform draws >= p from torch's generator, not F.dropout's Bernoulli draws: the same seed
+    gives the same mask as this one line (a run's losses, and its resume bit for bit, rest on it)."""
+    x = torch.randn(50, 40)
+    torch.manual_seed(1)
+    y = common.dropout(x, 0.3, True)
+    torch.manual_seed(1)
+    assert torch.equal(y, x * ((torch.rand(x.shape) >= 0.3) / 0.7))
+
+
+def test_dropout_keeps_bf16_and_zeroes_everything_at_p_1_as_f_dropout_does():
+    """Under CPU bf16 autocast the activations stay bfloat16 (as F.dropout keeps them on a GPU); p = 1 gives zeros,
+    not 0 / 0; the module has no inplace flag to ignore."""
+    x = torch.randn(64, 64, dtype=torch.bfloat16)
+    assert common.dropout(x, 0.4, True).dtype == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert common.Dropout(0.4).train()(torch.nn.Linear(64, 64)(x.float())).dtype == torch.bfloat16
+    for x in (torch.randn(8, 8), torch.randn(8, 8, dtype=torch.bfloat16)):
+        assert torch.equal(common.dropout(x, 1.0, True), torch.nn.functional.dropout(x, 1.0, True))
+    with pytest.raises(TypeError):
+        common.Dropout(0.5, inplace=True)
+
+
+def test_each_epochs_batch_order_is_the_seeds_and_the_epochs_as_recorded():
+    """common.epoch_batches' order, recorded: a change to how it draws (its generator's seed string) would change every
+    run's numbers and a resume of an older run, unnoticed by any test that compares two runs of the same code."""
+    pairs = [([10 + i], [5] * (1 + i // 4)) for i in range(12)]
+    order = {(seed, epoch): [src[:, 0].tolist() for src, _, _ in common.epoch_batches(pairs, 2, seed, epoch)]
+             for seed, epoch in ((0, 1), (0, 2), (1, 1))}
+    assert order == {(0, 1): [[17, 14], [18, 20], [12, 13], [11, 10], [15, 16], [19, 21]],
+                     (0, 2): [[21, 18], [20, 19], [10, 11], [17, 16], [15, 14], [12, 13]],
+                     (1, 1): [[11, 10], [20, 18], [21, 19], [14, 16], [12, 13], [17, 15]]}
