@@ -3,6 +3,7 @@
 tests/fixtures/released/ holds the released SansType train and val splits (MIT License,
 Copyright (c) 2020 Michael Xie: see tests/fixtures/released/LICENSE).
 """
+import hashlib
 import os
 import random
 import re
@@ -329,3 +330,15 @@ def test_the_chain_runs_on_the_authors_splits_and_the_table_marks_them(released_
     evaluate.main(["--table", str(tmp_path / "standard"), str(tmp_path / "composed")])
     header = capsys.readouterr().out.splitlines()[0]  # the authors' val (val*) apart from our test
     assert header.startswith("| runs (seeds) | test compiled | test accuracy | val* compiled | val* accuracy |")
+
+
+# The tokenizer make_sanstype.py writes with no flags, by its sha256: a pre-trained Pi holds these bytes, and fits only
+# data made with them (sentencepiece's version, which decides them, is pinned in requirements.txt).
+SANSTYPE_TOKENIZER_SHA256 = "d4cc68d328f0f6bc2179f18e5f71764720ae083f45316fd727142fbb90e020b0"
+
+
+def test_make_sanstype_with_no_flags_writes_the_same_tokenizer_on_every_machine(tmp_path):
+    result = run_script("--out", str(tmp_path / "data"))
+    assert result.returncode == 0, result.stderr
+    spm = (tmp_path / "data" / "spm.model").read_bytes()
+    assert hashlib.sha256(spm).hexdigest() == SANSTYPE_TOKENIZER_SHA256
