@@ -32,8 +32,9 @@ from dataclasses import dataclass
 # Programs come from a model, so they are hostile: every compilation and run is time-limited, killed with its process
 # group, and goes through a C launcher (SANDBOX_C): new namespaces (no network, no other process in sight), an empty
 # read-only root (the compiler's holds the toolchain and its folder), uid 65534, caps on CPU, memory and output, and
-# for runs a seccomp filter against new processes, sockets and ptrace. Where Linux cannot isolate, the judge refuses. g++ spends most of its time parsing headers, so self-contained `int main () {...}`
-# programs share a translation unit, each in its own namespace, behind a dispatcher `main` (argv[1] names one).
+# for runs a seccomp filter against new processes, sockets and ptrace. Where Linux cannot isolate, the judge refuses.
+# g++ spends most of its time parsing headers, so self-contained `int main () {...}` programs share a translation
+# unit, each in its own namespace, behind a dispatcher `main` (argv[1] names one).
 
 CPP_PRELUDE = "#include <iostream>\n#include <string>\n#include <algorithm>\nusing namespace std;\n"
 GXX = ["g++", "-std=gnu++17", "-O0", "-w", "-static", "-pipe"]  # static: a jailed run may not open .so files
@@ -43,7 +44,7 @@ RUN_CPU_SECONDS = 2
 RUN_WALL_SECONDS = 5
 RUN_MEMORY_MB = 512
 RUN_OUTPUT_KB = 1024
-# JUDGE_UNCONFINED=1 runs programs without namespaces (only limits, uid 65534 and seccomp) where unshare(2) fails.
+# JUDGE_UNCONFINED=1 runs programs without namespaces (limits, seccomp, uid 65534 if root) where unshare(2) fails.
 UNCONFINED = os.environ.get("JUDGE_UNCONFINED") == "1"
 BATCH_SIZE = 100             # at most this many programs per translation unit
 
@@ -115,15 +116,15 @@ static void show(const char *root, const char *path, int writable) {
     if (n > 0) { link[n] = 0; if (symlink(link, target)) fail("symlink"); return; }
     make_dirs(target);
     if (!S_ISDIR(st.st_mode)) { rmdir(target); close(open(target, O_CREAT | O_WRONLY, 0644)); }
-    if (mount(path, target, NULL, MS_BIND | MS_REC, NULL)) fail("bind mount");
+    if (mount(path, target, NULL, MS_BIND | (writable ? 0 : MS_REC), NULL)) fail("bind mount");  /* not ./root */
     if (!writable && mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, NULL)) fail("remount");
 }
-/* The new root: a fresh tmpfs at ./root, then pivot_root into it and detach the old one, so nothing else is reachable. */
+/* A fresh tmpfs at ./root becomes the root and the old one is detached: nothing else is reachable. */
 static void change_root(int tool, char **see) {
     char cwd[4096];
     if (!getcwd(cwd, sizeof cwd) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) fail("private mounts");
-    if ((mkdir("root", 0755) && errno != EEXIST) || mount("tmpfs", "root", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755"))
-        fail("tmpfs root");
+    if (mkdir("root", 0755) && errno != EEXIST) fail("mkdir");
+    if (mount("tmpfs", "root", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")) fail("tmpfs root");
     if (tool) {
         const char *toolchain[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/dev/null"};
         for (size_t i = 0; i < sizeof toolchain / sizeof *toolchain; i++) show("root", toolchain[i], 0);
@@ -141,6 +142,8 @@ static void drop_root(void) {
 #define ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
 #define ARCH AUDIT_ARCH_AARCH64
+#else
+#error "the seccomp filter knows x86_64 and aarch64 only"
 #endif
 #define DENY(name) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_##name, 0, 1), \
                    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
@@ -193,7 +196,7 @@ static void end_as(int status) {  /* end as the program ended */
     _exit(128 + WTERMSIG(status));
 }
 int main(int argc, char **argv) {
-    if (argc < 6) { fprintf(stderr, "usage: sandbox CPU_S MEMORY_MB FILE_KB tool|jail [--see=DIR]... PROGRAM ...\n"); return 122; }
+    if (argc < 6) { fprintf(stderr, "usage: sandbox CPU_S MEMORY_MB FILE_KB tool|jail ... PROGRAM ...\n"); return 122; }
     rlim_t cpu = atol(argv[1]), memory = (rlim_t)atol(argv[2]) << 20, file = (rlim_t)atol(argv[3]) << 10;
     int tool = strcmp(argv[4], "tool") == 0, confined = getenv("SANDBOX_UNCONFINED") == NULL, program = -1;
     char *see[64] = {NULL};
@@ -480,7 +483,7 @@ def _sandbox_binary() -> str:
                            env=_launcher_env())
     if probe.returncode:  # say so, in one line, rather than run programs unconfined
         raise RuntimeError(f"the judge cannot isolate programs on this machine ({probe.stderr.strip()}); "
-                           "JUDGE_UNCONFINED=1 runs them with limits, uid 65534 and seccomp only")
+                           "JUDGE_UNCONFINED=1 runs them with limits and seccomp only (as uid 65534 if root)")
     return launcher
 
 

@@ -4,7 +4,6 @@ what a neighbour in its translation unit does."""
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -56,7 +55,8 @@ def test_files_outside_the_run_folder_are_out_of_reach(quick_limits, outside):
     program = sans("int main () {", "close ( 0 ) ; char text [ 64 ] = { 0 } ;",
                    f"int fd = open ( \"{secret}\" , O_RDONLY ) ; if ( fd >= 0 ) read ( fd , text , 60 ) ;",
                    "cout << text ;",
-                   f"int out = open ( \"{created}\" , O_CREAT | O_WRONLY , 0666 ) ; if ( out >= 0 ) write ( out , \"x\" , 1 ) ;",
+                   f"int out = open ( \"{created}\" , O_CREAT | O_WRONLY , 0666 ) ;",
+                   "if ( out >= 0 ) write ( out , \"x\" , 1 ) ;",
                    f"unlink ( \"{victim}\" ) ; cout << \"contained\" ; return 0 ; }}")
     result = verdict(program)
     assert SECRET not in json.dumps(result)
@@ -92,8 +92,8 @@ def test_the_compiler_sees_no_file_outside_its_folder(quick_limits, outside):
 def test_no_process_fork_thread_exec_or_ptrace(quick_limits):
     program = contained_unless(
         "fork ( ) >= 0",
-        "[ ] ( ) { pthread_t t ; return pthread_create ( & t , nullptr , [ ] ( void * ) -> void * { return nullptr ; } ,"
-        " nullptr ) == 0 ; } ( )",
+        "[ ] ( ) { pthread_t t ; return pthread_create ( & t , nullptr ,"
+        " [ ] ( void * ) -> void * { return nullptr ; } , nullptr ) == 0 ; } ( )",
         "ptrace ( PTRACE_ATTACH , getppid ( ) , 0 , 0 ) == 0",
         "execl ( \"/bin/sh\" , \"sh\" , \"-c\" , \"true\" , ( char * ) 0 ) == 0",
         "system ( \"true\" ) == 0")
