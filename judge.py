@@ -154,6 +154,8 @@ static void seccomp_filter(void) {
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH, 1, 0),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),  /* x32's numbers, the same calls by another name */
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
 #ifdef __NR_fork
         DENY(fork), DENY(vfork),
 #endif
