@@ -29,10 +29,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-# Programs come from a model, so they are hostile: every compilation and run is time-limited and killed with its
-# process group, and every run goes through a C launcher (SANDBOX_C) that drops root, forbids new processes and files,
-# and caps CPU, memory and output. g++ spends most of its time parsing headers, so self-contained `int main () {...}`
-# programs share a translation unit, each in its own namespace, behind a dispatcher `main` (argv[1] names one).
+# Programs come from a model, so they are hostile: every compilation and run is time-limited, killed with its process
+# group, and goes through a C launcher (SANDBOX_C): new namespaces (no network, no other process in sight), an empty
+# read-only root (the compiler's holds the toolchain and its folder), uid 65534, caps on CPU, memory and output, and
+# for runs a seccomp filter against new processes, sockets and ptrace. Where Linux cannot isolate, the judge refuses.
+# g++ spends most of its time parsing headers, so self-contained `int main () {...}` programs share a translation
+# unit, each in its own namespace, behind a dispatcher `main` (argv[1] names one).
 
 CPP_PRELUDE = "#include <iostream>\n#include <string>\n#include <algorithm>\nusing namespace std;\n"
 GXX = ["g++", "-std=gnu++17", "-O0", "-w", "-static", "-pipe"]  # static: a jailed run may not open .so files
@@ -42,46 +44,195 @@ RUN_CPU_SECONDS = 2
 RUN_WALL_SECONDS = 5
 RUN_MEMORY_MB = 512
 RUN_OUTPUT_KB = 1024
+# JUDGE_UNCONFINED=1 runs programs without namespaces (limits, seccomp, uid 65534 if root) where unshare(2) fails.
+UNCONFINED = os.environ.get("JUDGE_UNCONFINED") == "1"
 BATCH_SIZE = 100             # at most this many programs per translation unit
 
 SANDBOX_C = r"""
-/* sandbox CPU_S MEMORY_MB FILE_KB tool|jail PROGRAM [ARGS...]
-   tool: cap CPU time, memory and file size, then run PROGRAM found on PATH (the compiler).
-   jail: also drop root, allow no new process or file, and send the program's stderr to /dev/null. */
+/* sandbox CPU_S MEMORY_MB FILE_KB tool|jail [--see=DIR]... PROGRAM [ARGS...]
+   Both: cap CPU time, memory and file size; run in new mount, network, PID, IPC and UTS namespaces (and a user
+   namespace when not root), on an empty read-only root, as uid 65534; the caller is never reachable.
+   tool: the root holds the toolchain (/usr, /bin, /lib*) and each DIR read-only, the working folder writable;
+         PROGRAM is found on PATH (the compiler).
+   jail: the root holds nothing; a seccomp filter denies new processes, threads, sockets and ptrace; the program's
+         stderr goes to /dev/null and it runs from its already-open binary. */
+#define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 static int report = 2;
-static void fail(const char *what) { dprintf(report, "sandbox: %s failed\n", what); exit(122); }
+static void fail(const char *what) { dprintf(report, "sandbox: %s failed: %s\n", what, strerror(errno)); _exit(122); }
 static void limit(int resource, rlim_t soft, rlim_t hard) {
     struct rlimit r = {soft, hard};
     if (setrlimit(resource, &r) != 0) fail("setrlimit");
 }
+static void write_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text) || close(fd) != 0) fail(path);
+}
+/* Not root: a user namespace of our own, in which we are 65534 (exec then drops the namespace's capabilities). */
+static void enter_namespaces(void) {
+    int user = getuid() != 0;
+    uid_t uid = getuid(); gid_t gid = getgid();
+    if (unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | (user ? CLONE_NEWUSER : 0)))
+        fail("isolating (unshare)");
+    if (!user) return;
+    char map[64];
+    write_file("/proc/self/setgroups", "deny");
+    snprintf(map, sizeof map, "65534 %u 1", uid); write_file("/proc/self/uid_map", map);
+    snprintf(map, sizeof map, "65534 %u 1", gid); write_file("/proc/self/gid_map", map);
+}
+static void make_dirs(char *path) {  /* mkdir -p, in the new root */
+    for (char *slash = path + 1; ; slash++) {
+        if (*slash != '/' && *slash) continue;
+        char keep = *slash; *slash = 0;
+        if (mkdir(path, 0755) && errno != EEXIST) fail("mkdir");
+        if (!(*slash = keep)) return;
+    }
+}
+/* Show `path` at the same place under `root`: a symbolic link as itself, a folder or file by a bind mount. */
+static void show(const char *root, const char *path, int writable) {
+    char target[4096], link[4096];
+    struct stat st;
+    if (lstat(path, &st)) return;  /* /lib32 and the like exist on some systems only */
+    snprintf(target, sizeof target, "%s%s", root, path);
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n > 0) { link[n] = 0; if (symlink(link, target)) fail("symlink"); return; }
+    make_dirs(target);
+    if (!S_ISDIR(st.st_mode)) { rmdir(target); close(open(target, O_CREAT | O_WRONLY, 0644)); }
+    if (mount(path, target, NULL, MS_BIND | (writable ? 0 : MS_REC), NULL)) fail("bind mount");  /* not ./root */
+    if (!writable && mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, NULL)) fail("remount");
+}
+/* A fresh tmpfs at ./root becomes the root and the old one is detached: nothing else is reachable. */
+static void change_root(int tool, char **see) {
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) fail("private mounts");
+    if (mkdir("root", 0755) && errno != EEXIST) fail("mkdir");
+    if (mount("tmpfs", "root", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")) fail("tmpfs root");
+    if (tool) {
+        const char *toolchain[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/dev/null"};
+        for (size_t i = 0; i < sizeof toolchain / sizeof *toolchain; i++) show("root", toolchain[i], 0);
+        for (; *see; see++) show("root", *see, 0);
+        show("root", cwd, 1);
+    }
+    if (chdir("root") || syscall(SYS_pivot_root, ".", ".") || umount2(".", MNT_DETACH)) fail("pivot_root");
+    if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL)) fail("read-only root");
+    if (chdir(tool ? cwd : "/")) fail("chdir");
+}
+static void drop_root(void) {
+    if (getuid() == 0 && (setgroups(0, NULL) || setgid(65534) || setuid(65534))) fail("dropping root");
+}
+#if defined(__x86_64__)
+#define ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define ARCH AUDIT_ARCH_AARCH64
+#else
+#error "the seccomp filter knows x86_64 and aarch64 only"
+#endif
+#define DENY(name) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_##name, 0, 1), \
+                   BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
+/* Deny what namespaces do not: making processes or threads, sockets, tracing, new namespaces, in-memory binaries. */
+static void seccomp_filter(void) {
+    struct sock_filter program[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),  /* x32's numbers, the same calls by another name */
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+#ifdef __NR_fork
+        DENY(fork), DENY(vfork),
+#endif
+        DENY(clone), DENY(clone3), DENY(socket), DENY(socketpair), DENY(ptrace), DENY(process_vm_readv),
+        DENY(process_vm_writev), DENY(unshare), DENY(setns), DENY(memfd_create), DENY(setsid), DENY(setpgid),
+        DENY(io_uring_setup), DENY(bpf), DENY(userfaultfd), DENY(perf_event_open),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog filter = {sizeof program / sizeof *program, program};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter))
+        fail("seccomp");
+}
+/* PID 1 of the namespace: start the program, reap everything, and pass the program's end to the launcher. The
+   CPU limit is judged by the time used, not the signal, since a program may catch SIGXCPU. */
+static int init(char **argv, int tool, int program, rlim_t cpu) {
+    pid_t child = fork();
+    if (child < 0) fail("fork");
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        drop_root();
+        if (tool) { execvp(argv[0], argv); fail("exec"); }
+        seccomp_filter();
+        char *empty_environment[] = {NULL};
+        fexecve(program, argv, empty_environment);
+        fail("exec");
+    }
+    int status;
+    struct rusage used;
+    pid_t pid;
+    while ((pid = wait4(-1, &status, 0, &used)) != child)
+        if (pid < 0 && errno != EINTR) fail("wait");
+    long cpu_ms = (used.ru_utime.tv_sec + used.ru_stime.tv_sec) * 1000 +
+                  (used.ru_utime.tv_usec + used.ru_stime.tv_usec) / 1000;
+    return !tool && cpu_ms >= (long)cpu * 1000 - 20 ? SIGXCPU : status;
+}
+static void end_as(int status) {  /* end as the program ended */
+    if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
+    signal(WTERMSIG(status), SIG_DFL);
+    raise(WTERMSIG(status));
+    _exit(128 + WTERMSIG(status));
+}
 int main(int argc, char **argv) {
-    if (argc < 6) { fprintf(stderr, "usage: sandbox CPU_S MEMORY_MB FILE_KB tool|jail PROGRAM ...\n"); return 122; }
+    if (argc < 6) { fprintf(stderr, "usage: sandbox CPU_S MEMORY_MB FILE_KB tool|jail ... PROGRAM ...\n"); return 122; }
     rlim_t cpu = atol(argv[1]), memory = (rlim_t)atol(argv[2]) << 20, file = (rlim_t)atol(argv[3]) << 10;
-    int jail = strcmp(argv[4], "jail") == 0;
-    limit(RLIMIT_CPU, cpu, cpu + 1);  /* SIGXCPU at the soft limit */
+    int tool = strcmp(argv[4], "tool") == 0, confined = getenv("SANDBOX_UNCONFINED") == NULL, program = -1;
+    char *see[64] = {NULL};
+    argv += 5;
+    for (int n = 0; *argv && strncmp(*argv, "--see=", 6) == 0 && n < 63; argv++) see[n++] = *argv + 6;
+    limit(RLIMIT_CPU, cpu, cpu + 1);  /* SIGXCPU at the soft limit, SIGKILL one second later */
     limit(RLIMIT_AS, memory, memory);
     limit(RLIMIT_FSIZE, file, file);  /* SIGXFSZ past the cap, also for stdout redirected to a file */
     limit(RLIMIT_CORE, 0, 0);
-    if (!jail) { execvp(argv[5], argv + 5); fail("exec"); }
-    int program = open(argv[5], O_RDONLY | O_CLOEXEC);  /* opened while we may still read it */
-    int null = open("/dev/null", O_WRONLY);
-    report = fcntl(2, F_DUPFD_CLOEXEC, 3);  /* the program's stderr goes to /dev/null: anything on ours is ours */
-    if (program < 0 || null < 0 || report < 0 || dup2(null, 2) < 0) fail("open");
-    close(null);
-    /* the kernel never applies the process limit to root */
-    if (getuid() == 0 && (setgroups(0, NULL) || setgid(65534) || setuid(65534))) fail("dropping root");
-    limit(RLIMIT_NPROC, 0, 0);  /* no new process */
-    limit(RLIMIT_NOFILE, 3, 3);  /* no new file: stdin, stdout, stderr only */
-    char *empty_environment[] = {NULL};
-    fexecve(program, argv + 5, empty_environment);
-    fail("exec");
+    if (!tool) {
+        program = open(argv[0], O_RDONLY | O_CLOEXEC);  /* opened while we may still see it */
+        int null = open("/dev/null", O_WRONLY);
+        report = fcntl(2, F_DUPFD_CLOEXEC, 3);  /* the program's stderr goes to /dev/null: anything on ours is ours */
+        if (program < 0 || null < 0 || report < 0 || dup2(null, 2) < 0) fail("open");
+        close(null);
+    } else if (getuid() == 0 && chown(".", 65534, 65534)) fail("chown");  /* the compiler writes here as 65534 */
+    if (!confined) end_as(init(argv, tool, program, cpu));
+    int ends[2];
+    if (pipe2(ends, O_CLOEXEC)) fail("pipe");
+    enter_namespaces();
+    pid_t first = fork();
+    if (first < 0) fail("fork");
+    if (first == 0) {  /* PID 1 of the new namespace */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        change_root(tool, see);
+        int status = init(argv, tool, program, cpu);
+        write(ends[1], &status, sizeof status);
+        _exit(0);
+    }
+    close(ends[1]);
+    int status, first_status;
+    ssize_t got = read(ends[0], &status, sizeof status);
+    waitpid(first, &first_status, 0);
+    end_as(got == sizeof status ? status : first_status);  /* no status: PID 1 failed or was killed */
 }
 """
 
@@ -184,15 +335,19 @@ def _judge_in_units(programs: list[str], shareable, recipe: _Recipe, jobs: int |
 # --- which programs may share a translation unit -----------------------------------------
 _MAIN_HEAD = re.compile(r"\s*int\s+main\s*\(\s*\)\s*\{")
 _OPENERS, _CLOSERS = "([{", ")]}"
+# asm and attributes (a `section`, a `constructor`) reach other programs' code; __LINE__, __COUNTER__ and the
+# namespaces' names differ with the company
+_SHARED_UNIT_REACH = re.compile(r"\b(?:asm|__asm|_Pragma|sansprog_\w*|__\w*__)\b|\[\s*\[")
 _LITERAL = re.compile(r"""(R?)(["'])(?:\\[\s\S]|(?!\2)[^\\\n])*\2""")  # a string or character literal, R: raw
 
 
 def can_share_unit(program: str, body=program_body) -> bool:
     """True for exactly one `int main () { ... }` with (), [] and {} nested, and no preprocessor, comments,
-    backslashes, digraphs or raw strings: in a namespace, it cannot change how its neighbours compile."""
+    backslashes, digraphs, raw strings, asm, attributes or names of the unit's own: in a namespace, it can neither
+    change how its neighbours compile or run nor tell that they are there."""
     # each literal as 0, so that its brackets do not count; a raw or unterminated one leaves its quotes
     code = _LITERAL.sub(lambda literal: literal[0] if literal[1] else "0", body(program))
-    if "'" in code or '"' in code or not _MAIN_HEAD.match(code):
+    if "'" in code or '"' in code or not _MAIN_HEAD.match(code) or _SHARED_UNIT_REACH.search(code):
         return False
     if any(bad in code for bad in ("#", "//", "/*", "\\", "<%", "%>", "<:", ":>", "%:", "??")):
         return False
@@ -266,7 +421,9 @@ _ERROR_LINE = re.compile(r"^source\.cpp:(\d+):\d+: (?:fatal )?error: (.*)$", re.
 def _compile(source: str, workdir: str, seconds: float, gxx) -> tuple[str | None, list[tuple[int, str]]]:
     """g++ in the sandbox. Returns (binary or None, [(line, message), ...] of its errors)."""
     pathlib.Path(workdir, "source.cpp").write_text(source, encoding="utf-8")
-    code, stderr = _sandboxed([*gxx, "source.cpp", "-o", "program"], workdir, seconds, jail=False)
+    folders = [os.path.dirname(arg) for arg in gxx if arg.startswith("/")]  # e.g. SPoC's -include header's
+    code, stderr = _sandboxed([*(f"--see={f}" for f in folders), *gxx, "source.cpp", "-o", "program"], workdir,
+                              seconds, jail=False)
     if code is None:
         return None, [(0, f"compilation timed out after {seconds:.0f} s")]
     if code != 0:
@@ -300,11 +457,13 @@ def _sandboxed(argv, cwd, seconds, jail, stdin_path=None, stdout_path=None):
              [math.ceil(seconds), COMPILE_MEMORY_MB, 256 * 1024, "tool"]
     with open(stdin_path or os.devnull, "rb") as stdin, open(stdout_path or os.devnull, "wb") as stdout:
         proc = subprocess.Popen([_sandbox_binary(), *map(str, limits), *argv], cwd=cwd, stdin=stdin,
-                                stdout=stdout, stderr=subprocess.PIPE, start_new_session=True,
-                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"})
+                                stdout=stdout, stderr=subprocess.PIPE, start_new_session=True, env=_launcher_env())
         try:
             _, stderr = proc.communicate(timeout=seconds)
-            return proc.returncode, stderr.decode(errors="replace")
+            stderr = stderr.decode(errors="replace")
+            if proc.returncode == 122 and stderr.startswith("sandbox:"):  # the launcher's own failure, not g++'s
+                raise RuntimeError(f"the judge's sandbox failed: {stderr.strip()}")
+            return proc.returncode, stderr
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the whole group: the compiler's cc1plus and ld too
             proc.communicate()
@@ -321,7 +480,18 @@ def _sandbox_binary() -> str:
     atexit.register(shutil.rmtree, workdir, True)
     pathlib.Path(workdir, "sandbox.c").write_text(SANDBOX_C)
     subprocess.run(["gcc", "-O2", "-o", "sandbox", "sandbox.c"], cwd=workdir, check=True, capture_output=True)
-    return os.path.join(workdir, "sandbox")
+    launcher = os.path.join(workdir, "sandbox")
+    probe = subprocess.run([launcher, "1", "64", "1", "tool", "true"], cwd=workdir, capture_output=True, text=True,
+                           env=_launcher_env())
+    if probe.returncode:  # say so, in one line, rather than run programs unconfined
+        raise RuntimeError(f"the judge cannot isolate programs on this machine ({probe.stderr.strip()}); "
+                           "JUDGE_UNCONFINED=1 runs them with limits and seccomp only (as uid 65534 if root)")
+    return launcher
+
+
+def _launcher_env() -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
+    return env | ({"SANDBOX_UNCONFINED": "1"} if UNCONFINED else {})
 
 
 # --- SPoC: whole programs (make_spoc.py), judged on their problem's hidden test cases ---------------------------
@@ -389,6 +559,7 @@ def _judge_on_cases(build: _Build, cases: list[tuple[str, str]], workdir: str) -
 def _spoc_recipe(fast: bool) -> _Recipe:
     """SPOC_PRELUDE as a header g++ includes first, precompiled with SPOC_GXX's flags (so g++ uses it) when fast."""
     workdir = tempfile.mkdtemp(prefix="spoc-prelude-")
+    os.chmod(workdir, 0o755)  # the compiler reads it as uid 65534
     atexit.register(shutil.rmtree, workdir, True)
     header = os.path.join(workdir, "prelude.h")
     pathlib.Path(header).write_text(SPOC_PRELUDE)
