@@ -208,7 +208,7 @@ def check_output_file(path: str, flag: str = "--out"):
     check_writable(path, flag, folder=os.path.dirname(path) or ".")
 
 
-# What a resume may change (and its script's may_change): how long it goes on (but a stage the next began from) and
+# What a resume may change (and its script's may_change): how long it goes on (not a begun stage before the last) and
 # where it runs; any other setting would make it another run. Resumed as it was, a run ends on the CPU bit for bit as
 # an unbroken one; another --epochs moves the rest of a linear decay, another --device the arithmetic.
 MAY_CHANGE_ON_RESUME = ("epochs", "patience", "device", "out")

@@ -593,3 +593,17 @@ def test_help_on_a_task_folder_shows_every_default_in_the_tasks_words(task, caps
         if main is finetune.main:
             patience = re.search(r"\(default: (\d+)\)", shown.split("--patience PATIENCE")[-1]).group(1)
             assert patience == ("3" if argv else "30")  # composed's own, or the task's (standard's)
+
+
+def test_overwrite_keeps_this_runs_inputs_even_named_like_data(task, tmp_path):
+    """--pairs read from --out's own ood.src / ood.tgt (names a maker writes): --overwrite without --ood removes the old
+    data, but not the files this run reads."""
+    out = tmp_path / "data"
+    out.mkdir()
+    make_task.main(["--pairs", str(task / "in.txt"), str(task / "out.txt"), "--val", "10", "--test", "10",
+                    "--vocab-size", "40", "--out", str(out)])
+    for name, source in (("ood.src", "in.txt"), ("ood.tgt", "out.txt")):
+        (out / name).write_bytes((task / source).read_bytes())
+    make_task.main(["--pairs", str(out / "ood.src"), str(out / "ood.tgt"), "--val", "10", "--test", "10",
+                    "--vocab-size", "40", "--out", str(out), "--overwrite"])
+    assert (out / "ood.src").read_bytes() == (task / "in.txt").read_bytes()
