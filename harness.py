@@ -8,6 +8,7 @@
   5. Command line       flags whose defaults are the preset's (or a resumed run's), one-line errors, progress lines
 """
 import argparse
+import copy
 import ctypes
 import functools
 import glob
@@ -138,8 +139,10 @@ def load_model(path: str, spm: bytes, spm_path: str, role: str, config: common.T
     if checkpoint.get("role") != role:
         raise UsageError(f"{path} is a {checkpoint.get('method', '')} {checkpoint.get('role', 'unknown')} "
                          f"checkpoint, where a {role} is needed".replace("  ", " "))
-    if checkpoint["spm"] != spm:
-        raise UsageError(f"{path} and {spm_path} use different tokenizers: retrain one on the same data")
+    if checkpoint["spm"] != spm:  # SansType's released Pi fits the tokenizer make_sanstype.py writes with no flags
+        sanstype = "make the data with `python make_sanstype.py` (no flags) under sentencepiece 0.2.3 (requirements" \
+            ".txt), or " * (checkpoint.get("args", {}).get("dataset") == "sanstype")
+        raise UsageError(f"{path} and {spm_path} use different tokenizers: {sanstype}retrain one on the same data")
     config, theirs = config or common.TransformerConfig(**checkpoint["config"]), checkpoint["config"]
     differ = [f"{key} {theirs[key]} (this run: {getattr(config, key)})" for key in ("vocab_size", "d_model", "n_heads",
               "encoder_layers", "decoder_layers", "d_ff") if theirs[key] != getattr(config, key)]
@@ -320,9 +323,14 @@ def train(model, args, extra: dict, pairs_of, val_pairs, stage: str = "", epochs
         print(f"resumed from {last_path} after epoch {state['epoch']}", file=sys.stderr)
     elif args.resume:
         print(f"--resume: there is no {last_path} yet, so this run starts from its beginning", file=sys.stderr)
-    state = common.fit(model, optimizer, itertools.chain([first], upcoming), lr_at, state, epochs, patience,
+    trained, stepper = model, optimizer  # bf16: autocast on a GPU, a bf16 copy of the model on a CPU (Bf16Copy)
+    if args.precision == "bf16" and not cuda:
+        stepper = Bf16Copy(model, optimizer)
+        trained = stepper.model
+        composed = composed and {**composed, "denoiser": copy.deepcopy(composed["denoiser"]).bfloat16()}
+    state = common.fit(trained, stepper, itertools.chain([first], upcoming), lr_at, state, epochs, patience,
                        validate, save_epoch, composed, report, args.label_smoothing, args.clip_norm,
-                       args.precision == "bf16")
+                       args.precision == "bf16" and cuda)
     if state["best_loss"] == math.inf:
         raise TrainingFailed(f"no epoch had a finite validation loss (the last: {state['history'][-1]['val_loss']}), "
                              f"so {out_dir} holds no model.pt: a lower --lr may help")
@@ -404,6 +412,28 @@ def to_device(model, device):
     return model.to(device)
 
 
+class Bf16Copy:
+    """--precision bf16 on a CPU: the model trains as a bfloat16 copy of itself, whose products run on the CPU's bf16
+    units with no cast an operation (autocast's, several times a product's cost there); AdamW keeps and updates the
+    fp32 weights (an update below a bf16 weight's last bit would be lost), which go back into the copy after each step.
+    It stands in for the optimizer that common.fit steps; the model and its optimizer stay fp32, as checkpoints are."""
+
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer, self.param_groups = copy.deepcopy(model).bfloat16(), optimizer, \
+            optimizer.param_groups
+        self.weights = list(zip(self.model.parameters(), model.parameters()))  # (bf16, fp32), frozen ones too
+
+    def zero_grad(self, set_to_none=True):
+        self.model.zero_grad(set_to_none)
+
+    def step(self):
+        for low, full in self.weights:
+            full.grad = None if low.grad is None else low.grad.float()
+        self.optimizer.step()
+        with torch.no_grad():
+            torch._foreach_copy_([low for low, _ in self.weights], [full for _, full in self.weights])
+
+
 class GraphDecoding:
     """Transformer.generate on a GPU. A decoding step of the paper's model is ~200 small kernels, each launched from
     Python, so decoding is bound by the launches: a CUDA graph of the whole step (common.decode_step with fixed
@@ -481,7 +511,8 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None):
             ("--label-smoothing", str, "VALUE, or VALUE:EPOCHS,...,VALUE"), ("--seed", int, "every draw's")):
         add(flag, type=kind, help=text)
     add("--lr-schedule", choices=("constant", "inverse-sqrt", "linear"), help="after the warm-up")
-    add("--precision", choices=("fp32", "bf16", "auto"), help="auto: bf16 where it pays (a GPU's)")
+    add("--precision", choices=("fp32", "bf16", "auto"), help="bf16: autocast on a GPU, a bf16 copy of the model on a "
+        "CPU; auto: bf16 where it pays (a GPU's)")
     add("--device", help="cuda or cpu (default: cuda when there is one)")
     either = parser.add_mutually_exclusive_group()
     either.add_argument("--resume", action="store_true", help="continue the run in --out after an interrupt")
@@ -520,7 +551,7 @@ def parse_training_args(parser, argv, defaults_of, out: str | None = None):
     check_ranges(parser, args, at_least_1="epochs batch_size patience d_model n_heads layers d_ff", positive="lr",
                  not_negative="warmup_steps warmup_start_lr weight_decay clip_norm",
                  fraction="dropout attention_dropout activation_dropout")
-    if args.precision == "auto":  # here, so that the settings say which; a CPU's bf16, even with bf16 units, is slower
+    if args.precision == "auto":  # here, so that the settings say which; a CPU's fp32: bf16 is not shown to pay there
         args.precision = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
     return args
 
