@@ -323,8 +323,8 @@ def train(model, args, extra: dict, pairs_of, val_pairs, stage: str = "", epochs
         print(f"resumed from {last_path} after epoch {state['epoch']}", file=sys.stderr)
     elif args.resume:
         print(f"--resume: there is no {last_path} yet, so this run starts from its beginning", file=sys.stderr)
-    trained, stepper = model, optimizer  # bf16: autocast on a GPU, a bf16 copy of the model on a CPU (Bf16Copy)
-    if args.precision == "bf16" and not cuda:
+    trained, stepper = model, optimizer  # bf16: autocast on a GPU; on a CPU a bf16 copy of the model (Bf16Copy) and of
+    if args.precision == "bf16" and not cuda:  # composed's Pi, which validate reads too
         stepper = Bf16Copy(model, optimizer)
         trained = stepper.model
         composed = composed and {**composed, "denoiser": copy.deepcopy(composed["denoiser"]).bfloat16()}
@@ -414,7 +414,7 @@ def to_device(model, device):
 
 class Bf16Copy:
     """--precision bf16 on a CPU: the model trains as a bfloat16 copy of itself, whose products run on the CPU's bf16
-    units with no cast an operation (autocast's, several times a product's cost there); AdamW keeps and updates the
+    units with no cast an operation (autocast's casts made its step slower than fp32's); AdamW keeps and updates the
     fp32 weights (an update below a bf16 weight's last bit would be lost), which go back into the copy after each step.
     It stands in for the optimizer that common.fit steps; the model and its optimizer stay fp32, as checkpoints are."""
 
