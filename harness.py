@@ -431,7 +431,8 @@ class Bf16Copy:
             full.grad = None if low.grad is None else low.grad.float()
         self.optimizer.step()
         with torch.no_grad():
-            torch._foreach_copy_([low for low, _ in self.weights], [full for _, full in self.weights])
+            for low, full in self.weights:
+                low.copy_(full)
 
 
 class GraphDecoding:
