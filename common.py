@@ -227,7 +227,8 @@ class Transformer(nn.Module):
 
     def embed_tokens(self, tokens, positions=None, one_hot=None):
         """Embeddings plus positions; one_hot: the tokens as (B, T, V) rows, as straight-through feeds Pi y'."""
-        vectors = self.embed(tokens) if one_hot is None else one_hot @ self.embed.weight
+        weight = self.embed.weight  # (one_hot: f's fp32 softmax rows, read in Pi's dtype where Pi is bf16)
+        vectors = self.embed(tokens) if one_hot is None else one_hot.to(weight.dtype) @ weight
         positions = self.positions[:tokens.shape[1]] if positions is None else positions
         return dropout(vectors * math.sqrt(self.config.d_model) + positions, self.config.dropout, self.training)
 

@@ -60,7 +60,7 @@ def gradient_variance(model, loss_of_batch, n):
     for _ in range(n):
         model.zero_grad(set_to_none=True)
         loss_of_batch().backward()
-        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        grads.append(torch.cat([p.grad.flatten().float() for p in model.parameters()]))
     grads = torch.stack(grads)
     return (grads - grads.mean(0)).pow(2).sum(1).mean().item(), grads.mean(0)
 
@@ -113,7 +113,8 @@ def denoiser_epoch(denoiser, programs, tokenizer, args, device) -> float:
 
 
 def autocast(args, device):
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    """bf16 on a GPU: autocast; on a CPU the models are bf16 themselves, as harness.Bf16Copy trains there."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16" and device.type == "cuda")
 
 
 def ratio(a, b) -> str:
@@ -144,6 +145,8 @@ def main():
     model, _ = harness.load_model(args.init, spm, f"{args.data}/spm.model", "predictor")
     denoiser, _ = harness.load_model(args.denoiser, spm, f"{args.data}/spm.model", "denoiser")
     model, denoiser = harness.to_device(model, device), harness.to_device(denoiser, device)
+    if args.precision == "bf16" and device.type == "cpu":  # (AdamW then steps bf16 weights: Bf16Copy's fp32 step
+        model, denoiser = model.bfloat16(), denoiser.bfloat16()  # costs about as much)
     denoiser.eval().requires_grad_(False)
     pairs = finetune.load_pairs(args.data, "train", tokenizer)
     every_batch = list(common.batches(pairs, args.batch_size))  # sorted by length, as training sees them

@@ -414,7 +414,7 @@ def frozen(pi, args):
 
 
 @pytest.mark.parametrize("estimator, precision", [("reinforce", "fp32"), ("straight-through", "fp32"),
-                                                   ("reinforce", "bf16")])
+                                                   ("reinforce", "bf16"), ("straight-through", "bf16")])
 def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path, estimator, precision):
     """Eq. 1 trains f only: after composed epochs Pi is bit-identical, in eval mode, without grads, whichever
     estimator carries the gradient (straight-through's goes through Pi to its input); in a CPU's bf16 f's fp32
