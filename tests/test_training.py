@@ -415,7 +415,7 @@ def frozen(pi, args):
 
 @pytest.mark.parametrize("estimator, precision", [("reinforce", "fp32"), ("straight-through", "fp32"),
                                                    ("reinforce", "bf16"), ("straight-through", "bf16")])
-def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path, estimator, precision):
+def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path, estimator, precision, monkeypatch):
     """Eq. 1 trains f only: after composed epochs Pi is bit-identical, in eval mode, without grads, whichever
     estimator carries the gradient (straight-through's goes through Pi to its input); in a CPU's bf16 f's fp32
     weights train through its bf16 copy, beside a bf16 copy of Pi."""
@@ -426,7 +426,11 @@ def test_composed_keeps_its_denoiser_frozen(data, denoiser, tmp_path, estimator,
     checkpoint = harness.load_checkpoint(str(denoiser[0]))
     model, pi = harness.model_from_checkpoint(checkpoint), harness.model_from_checkpoint(checkpoint)
     before = {name: p.clone() for name, p in pi.state_dict().items()}
+    dtypes, composed_loss = set(), common.composed_loss  # what f and Pi compute in, at each composed step
+    monkeypatch.setattr(common, "composed_loss", lambda f, denoiser, **kw: dtypes.add(
+        (f.embed.weight.dtype, denoiser.embed.weight.dtype)) or composed_loss(f, denoiser, **kw))
     state = harness.train(model, args, {}, lambda epoch: pairs, pairs[:8], composed=frozen(pi, args))
+    assert dtypes == {(torch.bfloat16,) * 2 if precision == "bf16" else (torch.float32,) * 2}
     assert [h["epoch"] for h in state["history"]] == [0, 1, 2] and not pi.training  # 0: the f it started from
     assert all(p.grad is None and not p.requires_grad for p in pi.parameters())
     assert all(torch.equal(before[name], p) for name, p in pi.state_dict().items())
